@@ -1,0 +1,221 @@
+//! Token bucket as GCRA, the generic cell rate algorithm (ITU-T I.371),
+//! on one `AtomicU64`.
+//!
+//! GCRA keeps a single number per key, the *theoretical arrival time* (TAT):
+//! the time at which the bucket would be full again. A request of cost `c`
+//! at `now` moves it to `max(TAT, now) + c x T`, where `T` is the emission
+//! interval (period / limit), and is admitted if the bucket would then hold
+//! no more than its capacity, `new TAT - now <= capacity x T` (the burst
+//! tolerance `tau`). This is exactly a token bucket of `capacity` tokens
+//! refilled one per `T`, without a timer and in one word.
+
+use super::{Algorithm, check_cost};
+use crate::sync::{AtomicU64, Ordering};
+use crate::{CheckError, Decision, Quota, QuotaError};
+
+/// Token bucket (GCRA): `capacity` requests at once, refilled at the quota's
+/// rate. The capacity is the quota's burst, by default its limit.
+///
+/// State: one `AtomicU64` per key (the theoretical arrival time, 0 for a key
+/// never seen), updated by compare-exchange. Denials write nothing.
+///
+/// The emission interval is `period / limit` rounded down to a whole
+/// nanosecond, so a rate that does not divide the period evenly runs at most
+/// one nanosecond per request fast (for 100 per minute, 1 part in 6e8).
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{ManualClock, Quota, RateLimiter, TokenBucket};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let quota = Quota::per_minute(100)?.burst(20)?;
+/// let limiter = RateLimiter::<TokenBucket, _>::with_clock(quota, clock.clone())?;
+/// let admitted = (0..30).filter(|_| limiter.check().is_allowed()).count();
+/// assert_eq!(admitted, 20);
+/// clock.advance(Duration::from_millis(600)); // one token every 600 ms
+/// assert!(limiter.check().is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    /// Nanoseconds per token, at least 1.
+    interval: u64,
+    /// Tokens the bucket holds when full, at least 1.
+    capacity: u32,
+    /// `capacity x interval`, checked not to overflow.
+    tau: u64,
+}
+
+impl TokenBucket {
+    /// The pure decision core: given the stored TAT, decide a request of
+    /// `cost` (at most the capacity) at `now`. Returns the decision and, when
+    /// admitted, the TAT to store.
+    #[inline]
+    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        // A TAT in the past means a full bucket: start from now. A `now` that
+        // went backwards leaves `base = tat`: no time elapsed.
+        let base = tat.max(now);
+        // cost <= capacity, so this is at most tau: no overflow.
+        let increment = u64::from(cost) * self.interval;
+        // A TAT past u64::MAX nanoseconds (584 years from the origin) cannot
+        // be stored: such a request is denied rather than granted on a
+        // saturated state.
+        let new_tat = base.checked_add(increment);
+        let ahead = new_tat.map_or(u64::MAX, |t| t - now);
+        if let (Some(new_tat), true) = (new_tat, ahead <= self.tau) {
+            let remaining = (self.tau - ahead) / self.interval;
+            // remaining <= capacity, which is a u32.
+            let decision = Decision::allow(self.capacity, remaining as u32, ahead);
+            (decision, Some(new_tat))
+        } else {
+            let used = base - now;
+            let remaining = self.tau.saturating_sub(used) / self.interval;
+            let retry_after = ahead.saturating_sub(self.tau);
+            let decision = Decision::deny(self.capacity, remaining as u32, used, retry_after);
+            (decision, None)
+        }
+    }
+}
+
+impl Algorithm for TokenBucket {
+    /// The theoretical arrival time in nanoseconds; 0: never seen.
+    type State = AtomicU64;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        let interval = quota.emission_interval_nanos();
+        let capacity = quota.burst_or(quota.limit());
+        let tau = interval
+            .checked_mul(u64::from(capacity))
+            .ok_or(QuotaError::BurstOverflow)?;
+        Ok(TokenBucket {
+            interval,
+            capacity,
+            tau,
+        })
+    }
+
+    fn new_state(&self) -> AtomicU64 {
+        AtomicU64::new(0)
+    }
+
+    #[inline]
+    fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.capacity)?;
+        // Relaxed throughout: the TAT is self-contained and publishes no other
+        // memory. The compare-exchange makes read-decide-write atomic (a
+        // concurrent update makes it fail and we decide again on the value it
+        // observed), and all operations on one atomic follow its single
+        // modification order, so no update is lost.
+        let mut tat = state.load(Ordering::Relaxed);
+        loop {
+            let (decision, new_tat) = self.decide(tat, now, cost);
+            let Some(new_tat) = new_tat else {
+                return Ok(decision);
+            };
+            match state.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(decision),
+                Err(observed) => tat = observed,
+            }
+        }
+    }
+
+    #[inline]
+    fn peek(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.capacity)?;
+        // Relaxed: see `check`.
+        Ok(self.decide(state.load(Ordering::Relaxed), now, cost).0)
+    }
+
+    #[inline]
+    fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
+        // Relaxed: see `check`. Callers that drop the key hold a lock that
+        // excludes concurrent checks of it.
+        state.load(Ordering::Relaxed) <= now
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+
+    fn bucket(limit: u32, period: u64, burst: u32) -> TokenBucket {
+        let quota = Quota::with_period(limit, std::time::Duration::from_nanos(period))
+            .unwrap()
+            .burst(burst)
+            .unwrap();
+        TokenBucket::from_quota(&quota).unwrap()
+    }
+
+    #[test]
+    fn fresh_bucket_admits_capacity_then_denies() {
+        let tb = bucket(10, 1000, 3); // one token per 100 ns, 3 at once
+        let state = tb.new_state();
+        for left in (0..3).rev() {
+            let d = tb.check(&state, 0, 1).unwrap();
+            assert!(d.is_allowed());
+            assert_eq!(d.remaining(), left);
+        }
+        let d = tb.check(&state, 0, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 100);
+        assert_eq!(d.reset_after_nanos(), 300);
+        assert!(tb.check(&state, 100, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn cost_above_capacity_is_an_error() {
+        let tb = bucket(10, 1000, 3);
+        let state = tb.new_state();
+        assert_eq!(
+            tb.check(&state, 0, 4),
+            Err(CheckError::CostExceedsCapacity {
+                cost: 4,
+                capacity: 3
+            })
+        );
+        assert!(tb.check(&state, 0, 3).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn time_going_back_grants_nothing_extra() {
+        let tb = bucket(10, 1000, 2);
+        let state = tb.new_state();
+        assert!(tb.check(&state, 1_000, 2).unwrap().is_allowed());
+        // An earlier reading: still empty, retry measured from that reading.
+        let d = tb.check(&state, 900, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert!(!tb.check(&state, 1_000, 1).unwrap().is_allowed());
+        assert!(tb.check(&state, 1_100, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn peek_does_not_consume_and_idle_means_full() {
+        let tb = bucket(1, 50, 1);
+        let state = tb.new_state();
+        assert!(tb.is_idle(&state, 0));
+        assert!(tb.peek(&state, 0, 1).unwrap().is_allowed());
+        assert!(tb.peek(&state, 0, 1).unwrap().is_allowed());
+        assert!(tb.check(&state, 0, 1).unwrap().is_allowed());
+        assert!(!tb.is_idle(&state, 49));
+        assert!(tb.is_idle(&state, 50));
+    }
+
+    #[test]
+    fn tat_beyond_u64_is_denied_not_wrapped() {
+        let tb = bucket(1, 1 << 40, 4);
+        let state = tb.new_state();
+        let d = tb.check(&state, u64::MAX - 1, 4).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), u64::MAX - (4 << 40));
+        let edge = u64::MAX - (4 << 40);
+        assert!(tb.check(&state, edge, 4).unwrap().is_allowed());
+        assert!(!tb.check(&state, edge, 1).unwrap().is_allowed());
+    }
+}

@@ -1,0 +1,306 @@
+//! Time sources.
+//!
+//! A limiter reads time as `u64` nanoseconds since its clock's origin, through
+//! the [`Clock`] trait. Three clocks ship with the crate:
+//!
+//! * [`QuantaClock`], the default: a TSC-backed [`quanta`] clock, clamped so
+//!   that time never goes backwards as seen by the limiter;
+//! * [`StdClock`]: [`std::time::Instant`], for platforms where the TSC is not
+//!   trusted;
+//! * [`ManualClock`]: time moves only when a test says so; clones share one
+//!   time.
+
+use crate::sync::{Arc, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A source of time for a limiter: nanoseconds since the clock's origin.
+///
+/// Clones of a clock must share one origin, so that every limiter handle built
+/// from one clock agrees on what "now" is.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(clock.now(), 5_000_000);
+/// ```
+pub trait Clock: Clone + Send + Sync + 'static {
+    /// Nanoseconds elapsed since this clock's origin.
+    fn now(&self) -> u64;
+}
+
+/// Saturating conversion of a [`Duration`] to nanoseconds in a `u64`
+/// (enough for 584 years).
+pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A high-water mark that makes a raw clock reading monotonic for everyone
+/// who reads it through the mark.
+#[derive(Debug, Default)]
+pub(crate) struct Monotonic {
+    latest: AtomicU64,
+}
+
+impl Monotonic {
+    /// Returns `max(raw, every value returned before)`: a reading earlier than
+    /// one already handed out counts as no time elapsed.
+    pub(crate) fn clamp(&self, raw: u64) -> u64 {
+        // Relaxed is enough: the mark orders nothing but itself, and all
+        // operations on one atomic are totally ordered (its modification
+        // order), so readers can never observe it going back.
+        let seen = self.latest.load(Ordering::Relaxed);
+        if raw <= seen {
+            return seen;
+        }
+        // Only writers that advance the mark touch the cache line for writing.
+        let previous = self.latest.fetch_max(raw, Ordering::Relaxed);
+        previous.max(raw)
+    }
+}
+
+/// The default clock: [`quanta`]'s TSC-backed clock, clamped to be monotonic.
+///
+/// Reading the TSC costs a few nanoseconds, far less than a system call. A TSC
+/// read on one core can be slightly earlier than one read just before on
+/// another core; a shared high-water mark turns such a step back into "no
+/// time elapsed", so a limiter never sees time go backwards (which would cause
+/// spurious denials or, in window algorithms, a window that seems to reopen).
+///
+/// Clones share the origin and the high-water mark.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{Clock, QuantaClock};
+///
+/// let clock = QuantaClock::new();
+/// let a = clock.now();
+/// let b = clock.clone().now();
+/// assert!(b >= a);
+/// ```
+#[derive(Debug, Clone)]
+pub struct QuantaClock {
+    inner: Arc<QuantaInner>,
+}
+
+#[derive(Debug)]
+struct QuantaInner {
+    clock: quanta::Clock,
+    origin: u64,
+    mark: Monotonic,
+}
+
+impl QuantaClock {
+    /// A new clock whose origin is now.
+    pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        QuantaClock {
+            inner: Arc::new(QuantaInner {
+                clock,
+                origin,
+                mark: Monotonic::default(),
+            }),
+        }
+    }
+}
+
+impl Default for QuantaClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for QuantaClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        let inner = &*self.inner;
+        let raw = inner.clock.delta_as_nanos(inner.origin, inner.clock.raw());
+        inner.mark.clamp(raw)
+    }
+}
+
+/// A clock on [`std::time::Instant`] (monotonic by the standard library's
+/// contract; a system call or vDSO read per call).
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{Clock, StdClock};
+///
+/// let clock = StdClock::new();
+/// assert!(clock.now() < 1_000_000_000);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct StdClock {
+    origin: Instant,
+}
+
+impl StdClock {
+    /// A new clock whose origin is now.
+    pub fn new() -> Self {
+        StdClock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for StdClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for StdClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        duration_to_nanos(self.origin.elapsed())
+    }
+}
+
+/// A clock that moves only when told to, for tests and simulations.
+///
+/// Clones share one time. Unlike the real clocks it may be [`set`] backwards,
+/// so tests can check how limiters treat a clock that steps back (as no time
+/// elapsed).
+///
+/// [`set`]: ManualClock::set
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let shared = clock.clone();
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(shared.now(), 1_000_000_000);
+/// shared.set(10);
+/// assert_eq!(clock.now(), 10);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at time zero.
+    pub fn new() -> Self {
+        ManualClock {
+            nanos: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Moves time forward by `by` (saturating at `u64::MAX` nanoseconds).
+    pub fn advance(&self, by: Duration) {
+        self.advance_nanos(duration_to_nanos(by));
+    }
+
+    /// Moves time forward by `nanos` nanoseconds (saturating).
+    pub fn advance_nanos(&self, nanos: u64) {
+        // Relaxed: the clock's value orders no other memory.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_add(nanos))
+            });
+    }
+
+    /// Sets the time, forwards or backwards.
+    pub fn set(&self, nanos: u64) {
+        self.nanos.store(nanos, Ordering::Relaxed);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.nanos.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clamps_steps_back() {
+        let mark = Monotonic::default();
+        assert_eq!(mark.clamp(100), 100);
+        // A reading from a core whose TSC lags: no time elapsed.
+        assert_eq!(mark.clamp(90), 100);
+        assert_eq!(mark.clamp(100), 100);
+        assert_eq!(mark.clamp(150), 150);
+        assert_eq!(mark.clamp(0), 150);
+    }
+
+    #[test]
+    fn monotonic_across_threads() {
+        let mark = Arc::new(Monotonic::default());
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let mark = Arc::clone(&mark);
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    // Readings that jump around, as skewed cores would give.
+                    for i in 0..10_000u64 {
+                        let raw = i * 10 + (t * 7919 + i * 104_729) % 97;
+                        let got = mark.clamp(raw);
+                        assert!(got >= last, "went back from {last} to {got}");
+                        assert!(got >= raw);
+                        last = got;
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn quanta_clock_is_monotonic_and_shared() {
+        let clock = QuantaClock::new();
+        let other = clock.clone();
+        let mut last = 0;
+        for i in 0..10_000 {
+            let now = if i % 2 == 0 { clock.now() } else { other.now() };
+            assert!(now >= last);
+            last = now;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(clock.now() >= last + 1_000_000);
+    }
+
+    #[test]
+    fn std_clock_advances() {
+        let clock = StdClock::new();
+        let a = clock.now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(clock.now() >= a + 2_000_000);
+    }
+
+    #[test]
+    fn manual_clock_shares_time_and_saturates() {
+        let clock = ManualClock::new();
+        let clone = clock.clone();
+        clock.advance(Duration::from_nanos(7));
+        assert_eq!(clone.now(), 7);
+        clone.set(3);
+        assert_eq!(clock.now(), 3);
+        clock.advance(Duration::MAX);
+        assert_eq!(clock.now(), u64::MAX);
+    }
+}

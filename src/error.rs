@@ -1,0 +1,105 @@
+//! Typed errors: what is wrong with a quota, and why a check cannot be made.
+
+use std::fmt;
+
+/// A quota or limiter configuration that cannot work.
+///
+/// Returned by the [`Quota`](crate::Quota) constructors, by quota parsing, and
+/// when a limiter is built from a quota its algorithm cannot represent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The limit (requests per period) is zero.
+    ZeroLimit,
+    /// The period is zero.
+    ZeroPeriod,
+    /// The period does not fit in `u64` nanoseconds (about 584 years).
+    PeriodOverflow,
+    /// More than one request per nanosecond: the algorithms keep time in
+    /// nanoseconds and cannot represent a finer rate.
+    RateTooHigh {
+        /// Requests per period.
+        limit: u64,
+        /// The period in nanoseconds.
+        period_nanos: u64,
+    },
+    /// The burst capacity is zero.
+    ZeroBurst,
+    /// The burst (or an algorithm's state) would not fit in its arithmetic:
+    /// `burst x emission interval` overflows `u64` nanoseconds.
+    BurstOverflow,
+    /// The algorithm packs its state in a fixed number of bits and cannot
+    /// count this high.
+    LimitTooLarge {
+        /// What was asked for.
+        limit: u64,
+        /// The largest value the algorithm supports.
+        max: u64,
+    },
+    /// A quota string could not be parsed.
+    Parse {
+        /// The text that was rejected.
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaError::ZeroLimit => f.write_str("the limit must be at least 1 request per period"),
+            QuotaError::ZeroPeriod => f.write_str("the period must be longer than zero"),
+            QuotaError::PeriodOverflow => {
+                f.write_str("the period does not fit in u64 nanoseconds (about 584 years)")
+            }
+            QuotaError::RateTooHigh {
+                limit,
+                period_nanos,
+            } => write!(
+                f,
+                "{limit} requests per {period_nanos} ns is more than one request per nanosecond"
+            ),
+            QuotaError::ZeroBurst => f.write_str("the burst must be at least 1"),
+            QuotaError::BurstOverflow => {
+                f.write_str("burst x emission interval overflows u64 nanoseconds")
+            }
+            QuotaError::LimitTooLarge { limit, max } => write!(
+                f,
+                "a limit or burst of {limit} is larger than this algorithm supports ({max})"
+            ),
+            QuotaError::Parse { input, reason } => {
+                write!(f, "invalid quota {input:?}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for QuotaError {}
+
+/// Why a check could not be decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The cost is larger than the most the limiter can ever admit at once,
+    /// so the request could never pass. Retrying will not help.
+    CostExceedsCapacity {
+        /// The cost asked for.
+        cost: u32,
+        /// The largest cost that can pass.
+        capacity: u32,
+    },
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckError::CostExceedsCapacity { cost, capacity } => write!(
+                f,
+                "a cost of {cost} can never pass: the capacity is {capacity}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CheckError {}

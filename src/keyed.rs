@@ -1,0 +1,489 @@
+//! The keyed limiter: one state per user, IP or API key, in a concurrent
+//! map with bounded memory.
+
+use crate::algorithm::{Algorithm, TokenBucket};
+use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::limiter::never_passes;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::{CheckError, Decision, Quota, QuotaError};
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// What a [`KeyedRateLimiter`] does with a new key when it already holds
+/// `max_keys` keys and a sweep freed no room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// New keys share one extra state with the same quota, so a flood of
+    /// fresh keys (random source IPs) is limited as one client, while keys
+    /// already tracked keep their own state. The default.
+    #[default]
+    Shared,
+    /// New keys are denied until a sweep frees room (fail closed).
+    Deny,
+    /// New keys are admitted untracked (fail open).
+    Allow,
+}
+
+const DEFAULT_FULL_SWEEP_INTERVAL: u64 = 1_000_000_000;
+
+/// A rate limiter with one state per key (user id, IP, API key), any
+/// `K: Hash + Eq`.
+///
+/// States live in a [`DashMap`]. A check of a known key takes the key's shard
+/// lock for reading (shared with every other reader) and decides with the
+/// algorithm's compare-exchange loop; only a key's first check takes a write
+/// lock, to insert it.
+///
+/// # Bounded memory
+///
+/// A key whose state carries no information (a full token bucket, an expired
+/// window) is *idle* and can be dropped without changing any future decision.
+/// [`sweep`](KeyedRateLimiter::sweep) drops idle keys; with
+/// [`auto_sweep`](KeyedBuilder::auto_sweep) checks run one sweep per interval.
+/// With [`max_keys`](KeyedBuilder::max_keys) the map never holds more than
+/// that many keys: a new key that finds the map full triggers a sweep (at
+/// most one per sweep interval, 1 s unless `auto_sweep` sets another, so a
+/// flood of fresh keys does not turn every check into a scan), and if no room
+/// was freed the [`Overflow`] policy decides.
+///
+/// A sweep takes each shard's write lock in turn, so it never drops a key
+/// that a check is using at that moment.
+///
+/// Memory per key is what the map stores: the key, the algorithm's state
+/// (8 bytes for the token bucket) and one control byte, divided by the hash
+/// table's load (between 7/16 and 7/8 after growth). The README lists
+/// measured bytes per key.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{KeyedRateLimiter, Quota, TokenBucket};
+///
+/// let limiter = KeyedRateLimiter::<String, TokenBucket>::builder(Quota::per_minute(2)?)
+///     .max_keys(100_000)
+///     .build()?;
+/// assert!(limiter.check("alice").is_allowed());
+/// assert!(limiter.check("alice").is_allowed());
+/// assert!(!limiter.check("alice").is_allowed());
+/// assert!(limiter.check("bob").is_allowed());
+/// assert_eq!(limiter.len(), 2);
+/// # Ok::<(), rategate::QuotaError>(())
+/// ```
+pub struct KeyedRateLimiter<K, A: Algorithm = TokenBucket, C = QuantaClock, S = RandomState> {
+    algorithm: A,
+    clock: C,
+    quota: Quota,
+    map: DashMap<K, A::State, S>,
+    /// Keys in the map or about to be inserted: a slot is reserved here
+    /// before an insert, so the map never exceeds `max_keys`.
+    len: AtomicUsize,
+    max_keys: Option<usize>,
+    overflow: Overflow,
+    /// The state new keys share under [`Overflow::Shared`].
+    overflow_state: A::State,
+    overflow_count: AtomicU64,
+    auto_sweep: Option<u64>,
+    next_auto_sweep: AtomicU64,
+    full_sweep_interval: u64,
+    next_full_sweep: AtomicU64,
+}
+
+impl<K, A: Algorithm, C, S> fmt::Debug for KeyedRateLimiter<K, A, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedRateLimiter")
+            .field("quota", &self.quota)
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .field("max_keys", &self.max_keys)
+            .field("overflow", &self.overflow)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`KeyedRateLimiter`]; from [`KeyedRateLimiter::builder`].
+#[derive(Debug)]
+#[must_use]
+pub struct KeyedBuilder<K, A, C = QuantaClock, S = RandomState> {
+    quota: Quota,
+    clock: C,
+    hasher: S,
+    shards: Option<usize>,
+    max_keys: Option<usize>,
+    overflow: Overflow,
+    auto_sweep: Option<Duration>,
+    marker: PhantomData<fn() -> (K, A)>,
+}
+
+impl<K: Hash + Eq, A: Algorithm> KeyedRateLimiter<K, A, QuantaClock, RandomState> {
+    /// A keyed limiter for `quota` on the default clock, without a key cap.
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] when the algorithm cannot represent `quota`.
+    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
+        Self::builder(quota).build()
+    }
+
+    /// A builder to choose the clock, the key cap, the overflow policy and
+    /// automatic sweeps.
+    pub fn builder(quota: Quota) -> KeyedBuilder<K, A> {
+        KeyedBuilder {
+            quota,
+            clock: QuantaClock::new(),
+            hasher: RandomState::new(),
+            shards: None,
+            max_keys: None,
+            overflow: Overflow::default(),
+            auto_sweep: None,
+            marker: PhantomData,
+        }
+    }
+}
+
+impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<K, A, C, S> {
+    /// Reads time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, A, C2, S> {
+        KeyedBuilder {
+            quota: self.quota,
+            clock,
+            hasher: self.hasher,
+            shards: self.shards,
+            max_keys: self.max_keys,
+            overflow: self.overflow,
+            auto_sweep: self.auto_sweep,
+            marker: PhantomData,
+        }
+    }
+
+    /// Hashes keys with `hasher` instead of the standard library's SipHash.
+    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<K, A, C, S2> {
+        KeyedBuilder {
+            quota: self.quota,
+            clock: self.clock,
+            hasher,
+            shards: self.shards,
+            max_keys: self.max_keys,
+            overflow: self.overflow,
+            auto_sweep: self.auto_sweep,
+            marker: PhantomData,
+        }
+    }
+
+    /// The number of map shards (rounded up to a power of two, at least 2;
+    /// the default is four per CPU).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards.max(2).next_power_of_two());
+        self
+    }
+
+    /// Holds at most `max_keys` keys; see [`Overflow`] for what happens
+    /// beyond. Zero sends every key to the overflow policy.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = Some(max_keys);
+        self
+    }
+
+    /// What to do with new keys when the map is full.
+    pub fn overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// Sweeps idle keys once per `every` (of the limiter's clock), run by the
+    /// first check after each interval has passed. A zero interval is
+    /// treated as one nanosecond.
+    pub fn auto_sweep(mut self, every: Duration) -> Self {
+        self.auto_sweep = Some(every);
+        self
+    }
+
+    /// Builds the limiter.
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] when the algorithm cannot represent the quota.
+    pub fn build(self) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
+        let algorithm = A::from_quota(&self.quota)?;
+        let map = match self.shards {
+            Some(shards) => DashMap::with_hasher_and_shard_amount(self.hasher, shards),
+            None => DashMap::with_hasher(self.hasher),
+        };
+        let auto_sweep = self.auto_sweep.map(|d| duration_to_nanos(d).max(1));
+        let full_sweep_interval = auto_sweep.unwrap_or(DEFAULT_FULL_SWEEP_INTERVAL);
+        let start = self.clock.now();
+        Ok(KeyedRateLimiter {
+            overflow_state: algorithm.new_state(),
+            algorithm,
+            clock: self.clock,
+            quota: self.quota,
+            map,
+            len: AtomicUsize::new(0),
+            max_keys: self.max_keys,
+            overflow: self.overflow,
+            overflow_count: AtomicU64::new(0),
+            auto_sweep,
+            next_auto_sweep: AtomicU64::new(start.saturating_add(auto_sweep.unwrap_or(0))),
+            full_sweep_interval,
+            next_full_sweep: AtomicU64::new(start),
+        })
+    }
+}
+
+impl<K, A, C, S> KeyedRateLimiter<K, A, C, S>
+where
+    K: Hash + Eq,
+    A: Algorithm,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// Decides one request of cost 1 for `key` and records it if admitted.
+    #[inline]
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_n(key, 1).unwrap_or_else(never_passes)
+    }
+
+    /// Decides one request of `cost` for `key` and records it if admitted.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass; the
+    /// key is then not inserted.
+    #[inline]
+    pub fn check_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        let known = self.map.get(key);
+        let result = match known {
+            Some(state) => self.algorithm.check(&state, now, cost),
+            None => {
+                // No guard is held here, so a sweep cannot deadlock on it.
+                crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
+                self.check_new(key, now, cost)
+            }
+        };
+        self.maybe_auto_sweep(now);
+        result
+    }
+
+    /// What [`check`](KeyedRateLimiter::check) would decide now, recording
+    /// nothing and inserting no key.
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.peek_n(key, 1).unwrap_or_else(never_passes)
+    }
+
+    /// What [`check_n`](KeyedRateLimiter::check_n) would decide now,
+    /// recording nothing and inserting no key.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](KeyedRateLimiter::check_n).
+    pub fn peek_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        if let Some(state) = self.map.get(key) {
+            return self.algorithm.peek(&state, now, cost);
+        }
+        let full = self
+            .max_keys
+            .is_some_and(|cap| self.len.load(Ordering::Relaxed) >= cap);
+        if !full {
+            return self.algorithm.peek(&self.algorithm.new_state(), now, cost);
+        }
+        match self.overflow {
+            Overflow::Shared => self.algorithm.peek(&self.overflow_state, now, cost),
+            Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
+        }
+    }
+
+    /// First check of a key not in the map: reserve a slot, insert, decide.
+    #[cold]
+    fn check_new<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if !self.reserve_slot(now) {
+            // Relaxed: a statistic.
+            self.overflow_count.fetch_add(1, Ordering::Relaxed);
+            return match self.overflow {
+                Overflow::Shared => self.algorithm.check(&self.overflow_state, now, cost),
+                Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
+            };
+        }
+        match self.map.entry(key.to_owned()) {
+            Entry::Occupied(entry) => {
+                // Another thread inserted it first: give the slot back.
+                self.len.fetch_sub(1, Ordering::Relaxed);
+                self.algorithm.check(entry.get(), now, cost)
+            }
+            Entry::Vacant(entry) => {
+                let state = entry.insert(self.algorithm.new_state());
+                self.algorithm.check(&state, now, cost)
+            }
+        }
+    }
+
+    fn overflow_decision(&self, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        let capacity = self.algorithm.capacity();
+        crate::algorithm::check_cost(cost, capacity)?;
+        Ok(if self.overflow == Overflow::Allow {
+            Decision::allow(capacity, capacity - cost, 0)
+        } else {
+            // Room may appear at the next sweep.
+            let next = self.next_full_sweep.load(Ordering::Relaxed);
+            let retry = next.saturating_sub(now).max(1);
+            Decision::deny(capacity, 0, retry, retry)
+        })
+    }
+
+    /// Reserves room for one more key, sweeping once if the map is full.
+    fn reserve_slot(&self, now: u64) -> bool {
+        let Some(cap) = self.max_keys else {
+            // Relaxed: `len` is a counter that guards only itself; each
+            // reservation is one atomic read-modify-write on it.
+            self.len.fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        if self.try_reserve(cap) {
+            return true;
+        }
+        // Full. Sweep at most once per interval: under a flood of new keys
+        // the other new keys go straight to the overflow policy.
+        let next = self.next_full_sweep.load(Ordering::Relaxed);
+        if now >= next
+            && self
+                .next_full_sweep
+                .compare_exchange(
+                    next,
+                    now.saturating_add(self.full_sweep_interval),
+                    // Relaxed: the compare-exchange only elects one sweeper.
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            self.sweep_at(now);
+            return self.try_reserve(cap);
+        }
+        false
+    }
+
+    fn try_reserve(&self, cap: usize) -> bool {
+        // Relaxed: see `reserve_slot`. The read-modify-write never lets two
+        // reservations take the last slot.
+        self.len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn maybe_auto_sweep(&self, now: u64) {
+        let Some(every) = self.auto_sweep else {
+            return;
+        };
+        // Relaxed: electing the sweeper is all this atomic does.
+        let next = self.next_auto_sweep.load(Ordering::Relaxed);
+        if now >= next
+            && self
+                .next_auto_sweep
+                .compare_exchange(
+                    next,
+                    now.saturating_add(every),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            self.sweep_at(now);
+        }
+    }
+
+    /// Drops every idle key (one whose state a fresh state would equal in
+    /// every future decision). Returns how many were dropped.
+    pub fn sweep(&self) -> usize {
+        self.sweep_at(self.clock.now())
+    }
+
+    fn sweep_at(&self, now: u64) -> usize {
+        let mut removed = 0;
+        // `retain` holds each shard's write lock while it visits the shard:
+        // no check is using a state while it is judged idle and dropped.
+        self.map.retain(|_, state| {
+            let idle = self.algorithm.is_idle(state, now);
+            removed += usize::from(idle);
+            !idle
+        });
+        self.len.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Releases the map's unused capacity (after a sweep of many keys).
+    pub fn shrink_to_fit(&self) {
+        self.map.shrink_to_fit();
+    }
+
+    /// Forgets `key`, as if it had never been seen. Returns whether it was
+    /// present.
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = self.map.remove(key).is_some();
+        if removed {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// How many checks of new keys the [`Overflow`] policy decided because
+    /// the map was full.
+    pub fn overflow_count(&self) -> u64 {
+        self.overflow_count.load(Ordering::Relaxed)
+    }
+
+    /// The key cap, if any.
+    pub fn max_keys(&self) -> Option<usize> {
+        self.max_keys
+    }
+
+    /// The quota every key gets.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}

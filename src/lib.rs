@@ -1,0 +1,55 @@
+//! rategate: lock-free rate limiting.
+//!
+//! A check reads a clock and runs one compare-exchange loop on an atomic:
+//! nanoseconds, no locks on the decision path.
+//!
+//! # The pieces
+//!
+//! * [`Quota`]: `limit` requests per period, a burst, nginx-style options;
+//!   parses `"10r/s"`, `"5000/h"`, `"100/1m burst=20"`.
+//! * [`RateLimiter`]: one state shared by all callers.
+//! * [`KeyedRateLimiter`]: one state per key (user, IP, API key) in a
+//!   concurrent map with bounded memory ([`KeyedBuilder`], [`Overflow`]).
+//! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA).
+//! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
+//!   the HTTP headers they make.
+//! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
+//!   [`StdClock`], [`ManualClock`] (tests).
+//! * Errors: [`QuotaError`] for configurations that cannot work,
+//!   [`CheckError`] for requests that can never pass.
+//!
+//! # Example
+//!
+//! ```
+//! use rategate::{KeyedRateLimiter, Quota, TokenBucket};
+//!
+//! // GitHub-style: 5000 requests an hour per API token.
+//! let quota: Quota = "5000/h".parse()?;
+//! let limiter = KeyedRateLimiter::<String, TokenBucket>::new(quota)?;
+//! let decision = limiter.check("token-123");
+//! if decision.is_allowed() {
+//!     // serve, sending decision.headers()
+//! } else {
+//!     // 429 Too Many Requests, Retry-After: decision.retry_after_secs()
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod algorithm;
+mod clock;
+mod decision;
+mod error;
+mod keyed;
+mod limiter;
+mod quota;
+mod sync;
+
+pub use algorithm::{Algorithm, TokenBucket};
+pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
+pub use decision::Decision;
+pub use error::{CheckError, QuotaError};
+pub use keyed::{KeyedBuilder, KeyedRateLimiter, Overflow};
+pub use limiter::RateLimiter;
+pub use quota::{Delay, Quota};

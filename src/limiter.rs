@@ -1,0 +1,119 @@
+//! The direct limiter: one bucket shared by every caller.
+
+use crate::algorithm::{Algorithm, TokenBucket};
+use crate::clock::{Clock, QuantaClock};
+use crate::{CheckError, Decision, Quota, QuotaError};
+
+/// A rate limiter with one state, for a limit that applies to everyone
+/// (an outbound API's quota, a whole service's budget).
+///
+/// The algorithm is chosen by type: `RateLimiter<TokenBucket>` (the default),
+/// and the others in [`algorithm`](crate::algorithm). Checks are lock-free:
+/// a read of the clock and a compare-exchange loop on the algorithm's state.
+/// Share a limiter between threads by reference or in an `Arc`.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{Quota, RateLimiter, TokenBucket};
+///
+/// let limiter = RateLimiter::<TokenBucket>::new(Quota::per_second(5)?)?;
+/// let passed = (0..10).filter(|_| limiter.check().is_allowed()).count();
+/// assert!(passed >= 5);
+/// # Ok::<(), rategate::QuotaError>(())
+/// ```
+#[derive(Debug)]
+pub struct RateLimiter<A: Algorithm = TokenBucket, C: Clock = QuantaClock> {
+    algorithm: A,
+    state: A::State,
+    clock: C,
+    quota: Quota,
+}
+
+impl<A: Algorithm> RateLimiter<A, QuantaClock> {
+    /// A limiter for `quota` on the default clock.
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] when the algorithm cannot represent `quota`.
+    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
+        Self::with_clock(quota, QuantaClock::new())
+    }
+}
+
+impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
+    /// A limiter for `quota` reading time from `clock`.
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] when the algorithm cannot represent `quota`.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+        let algorithm = A::from_quota(&quota)?;
+        Ok(RateLimiter {
+            state: algorithm.new_state(),
+            algorithm,
+            clock,
+            quota,
+        })
+    }
+
+    /// Decides one request of cost 1 and records it if admitted.
+    #[inline]
+    pub fn check(&self) -> Decision {
+        let result = self.algorithm.check(&self.state, self.clock.now(), 1);
+        result.unwrap_or_else(never_passes)
+    }
+
+    /// Decides one request of `cost` (GraphQL points, bytes, batch size)
+    /// and records it if admitted.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` is more than can ever
+    /// pass at once: such a request would otherwise be denied forever.
+    #[inline]
+    pub fn check_n(&self, cost: u32) -> Result<Decision, CheckError> {
+        self.algorithm.check(&self.state, self.clock.now(), cost)
+    }
+
+    /// What [`check`](RateLimiter::check) would decide now, consuming nothing.
+    #[inline]
+    pub fn peek(&self) -> Decision {
+        let result = self.algorithm.peek(&self.state, self.clock.now(), 1);
+        result.unwrap_or_else(never_passes)
+    }
+
+    /// What [`check_n`](RateLimiter::check_n) would decide now, consuming
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](RateLimiter::check_n).
+    #[inline]
+    pub fn peek_n(&self, cost: u32) -> Result<Decision, CheckError> {
+        self.algorithm.peek(&self.state, self.clock.now(), cost)
+    }
+
+    /// The quota this limiter enforces.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The algorithm's parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+}
+
+/// The decision for a request of cost 1 that can never pass, which only an
+/// algorithm breaking the [`Algorithm::capacity`] contract (at least 1) gives:
+/// a permanent denial rather than a panic.
+#[cold]
+pub(crate) fn never_passes(_: CheckError) -> Decision {
+    Decision::deny(0, 0, 0, u64::MAX)
+}
