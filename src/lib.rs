@@ -10,7 +10,9 @@
 //! * [`RateLimiter`]: one state shared by all callers.
 //! * [`KeyedRateLimiter`]: one state per key (user, IP, API key) in a
 //!   concurrent map with bounded memory ([`KeyedBuilder`], [`Overflow`]).
-//! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA).
+//! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA),
+//!   [`FixedWindow`], [`SlidingWindowLog`], [`SlidingWindowCounter`],
+//!   [`LeakyBucket`] (nginx `limit_req`).
 //! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
@@ -46,7 +48,9 @@ mod limiter;
 mod quota;
 mod sync;
 
-pub use algorithm::{Algorithm, TokenBucket};
+pub use algorithm::{
+    Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};

@@ -7,8 +7,16 @@
 //! [`KeyedRateLimiter`](crate::KeyedRateLimiter)) are generic over
 //! [`Algorithm`], so an algorithm is chosen by type.
 
+mod fixed_window;
+mod leaky_bucket;
+mod sliding_window_counter;
+mod sliding_window_log;
 mod token_bucket;
 
+pub use fixed_window::FixedWindow;
+pub use leaky_bucket::LeakyBucket;
+pub use sliding_window_counter::SlidingWindowCounter;
+pub use sliding_window_log::SlidingWindowLog;
 pub use token_bucket::TokenBucket;
 
 use crate::{CheckError, Decision, Quota, QuotaError};

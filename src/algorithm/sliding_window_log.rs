@@ -1,0 +1,5 @@
+//! Placeholder, replaced by the real algorithm.
+
+/// Placeholder.
+#[derive(Debug)]
+pub struct SlidingWindowLog;
