@@ -223,7 +223,7 @@ impl FromStr for Quota {
             .split_once('/')
             .ok_or_else(|| fail("expected a rate such as 10r/s or 100/1m"))?;
         let count = count.strip_suffix('r').unwrap_or(count);
-        let limit = parse_u32(count).map_err(|reason| fail(reason))?;
+        let limit = parse_u32(count).map_err(fail)?;
 
         let digits = per.bytes().take_while(u8::is_ascii_digit).count();
         let (amount, unit) = per.split_at(digits);
@@ -257,14 +257,14 @@ impl FromStr for Quota {
                 if std::mem::replace(&mut seen_burst, true) {
                     return Err(fail("burst given twice"));
                 }
-                quota = quota.burst(parse_u32(n).map_err(|reason| fail(reason))?)?;
+                quota = quota.burst(parse_u32(n).map_err(fail)?)?;
             } else if word == "nodelay" || word.starts_with("delay=") {
                 if std::mem::replace(&mut seen_delay, true) {
                     return Err(fail("nodelay and delay= are exclusive and given once"));
                 }
                 quota.delay = match word.strip_prefix("delay=") {
                     None => Delay::NoDelay,
-                    Some(n) => Delay::After(parse_u32(n).map_err(|reason| fail(reason))?),
+                    Some(n) => Delay::After(parse_u32(n).map_err(fail)?),
                 };
             } else {
                 return Err(fail(
