@@ -41,15 +41,17 @@ pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
 
 /// A high-water mark that makes a raw clock reading monotonic for everyone
 /// who reads it through the mark.
+///
+/// Public only so the loom models can reach it (the module is private).
 #[derive(Debug, Default)]
-pub(crate) struct Monotonic {
+pub struct Monotonic {
     latest: AtomicU64,
 }
 
 impl Monotonic {
     /// Returns `max(raw, every value returned before)`: a reading earlier than
     /// one already handed out counts as no time elapsed.
-    pub(crate) fn clamp(&self, raw: u64) -> u64 {
+    pub fn clamp(&self, raw: u64) -> u64 {
         // Relaxed is enough: the mark orders nothing but itself, and all
         // operations on one atomic are totally ordered (its modification
         // order), so readers can never observe it going back.

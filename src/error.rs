@@ -23,6 +23,15 @@ pub enum QuotaError {
         /// The period in nanoseconds.
         period_nanos: u64,
     },
+    /// Slower than the algorithm can count: the leaky bucket keeps its rate
+    /// in thousandths of a request per second, as nginx does, so it needs
+    /// at least one request per 1000 seconds.
+    RateTooLow {
+        /// Requests per period.
+        limit: u64,
+        /// The period in nanoseconds.
+        period_nanos: u64,
+    },
     /// The burst capacity is zero.
     ZeroBurst,
     /// The burst (or an algorithm's state) would not fit in its arithmetic:
@@ -59,6 +68,13 @@ impl fmt::Display for QuotaError {
             } => write!(
                 f,
                 "{limit} requests per {period_nanos} ns is more than one request per nanosecond"
+            ),
+            QuotaError::RateTooLow {
+                limit,
+                period_nanos,
+            } => write!(
+                f,
+                "{limit} requests per {period_nanos} ns is less than one request per 1000 seconds"
             ),
             QuotaError::ZeroBurst => f.write_str("the burst must be at least 1"),
             QuotaError::BurstOverflow => {

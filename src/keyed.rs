@@ -4,10 +4,9 @@
 use crate::algorithm::{Algorithm, TokenBucket};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::limiter::never_passes;
+use crate::map::KeyMap;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -35,7 +34,7 @@ const DEFAULT_FULL_SWEEP_INTERVAL: u64 = 1_000_000_000;
 /// A rate limiter with one state per key (user id, IP, API key), any
 /// `K: Hash + Eq`.
 ///
-/// States live in a [`DashMap`]. A check of a known key takes the key's shard
+/// States live in a [`dashmap::DashMap`]. A check of a known key takes the key's shard
 /// lock for reading (shared with every other reader) and decides with the
 /// algorithm's compare-exchange loop; only a key's first check takes a write
 /// lock, to insert it.
@@ -79,7 +78,7 @@ pub struct KeyedRateLimiter<K, A: Algorithm = TokenBucket, C = QuantaClock, S = 
     algorithm: A,
     clock: C,
     quota: Quota,
-    map: DashMap<K, A::State, S>,
+    map: KeyMap<K, A::State, S>,
     /// Keys in the map or about to be inserted: a slot is reserved here
     /// before an insert, so the map never exceeds `max_keys`.
     len: AtomicUsize,
@@ -209,10 +208,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
     /// A [`QuotaError`] when the algorithm cannot represent the quota.
     pub fn build(self) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
         let algorithm = A::from_quota(&self.quota)?;
-        let map = match self.shards {
-            Some(shards) => DashMap::with_hasher_and_shard_amount(self.hasher, shards),
-            None => DashMap::with_hasher(self.hasher),
-        };
+        let map = KeyMap::new(self.hasher, self.shards);
         let auto_sweep = self.auto_sweep.map(|d| duration_to_nanos(d).max(1));
         let full_sweep_interval = auto_sweep.unwrap_or(DEFAULT_FULL_SWEEP_INTERVAL);
         let start = self.clock.now();
@@ -264,11 +260,13 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now();
-        let known = self.map.get(key);
+        let known = self
+            .map
+            .with(key, |state| self.algorithm.check(state, now, cost));
         let result = match known {
-            Some(state) => self.algorithm.check(&state, now, cost),
+            Some(result) => result,
             None => {
-                // No guard is held here, so a sweep cannot deadlock on it.
+                // No lock is held here, so a sweep cannot deadlock on it.
                 crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
                 self.check_new(key, now, cost)
             }
@@ -299,8 +297,11 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now();
-        if let Some(state) = self.map.get(key) {
-            return self.algorithm.peek(&state, now, cost);
+        let known = self
+            .map
+            .with(key, |state| self.algorithm.peek(state, now, cost));
+        if let Some(result) = known {
+            return result;
         }
         let full = self
             .max_keys
@@ -329,17 +330,17 @@ where
                 Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
             };
         }
-        match self.map.entry(key.to_owned()) {
-            Entry::Occupied(entry) => {
-                // Another thread inserted it first: give the slot back.
-                self.len.fetch_sub(1, Ordering::Relaxed);
-                self.algorithm.check(entry.get(), now, cost)
-            }
-            Entry::Vacant(entry) => {
-                let state = entry.insert(self.algorithm.new_state());
-                self.algorithm.check(&state, now, cost)
-            }
-        }
+        self.map.with_or_insert(
+            key.to_owned(),
+            || self.algorithm.new_state(),
+            |state, inserted| {
+                if !inserted {
+                    // Another thread inserted it first: give the slot back.
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                }
+                self.algorithm.check(state, now, cost)
+            },
+        )
     }
 
     fn overflow_decision(&self, now: u64, cost: u32) -> Result<Decision, CheckError> {
@@ -428,7 +429,7 @@ where
         let mut removed = 0;
         // `retain` holds each shard's write lock while it visits the shard:
         // no check is using a state while it is judged idle and dropped.
-        self.map.retain(|_, state| {
+        self.map.retain(|state| {
             let idle = self.algorithm.is_idle(state, now);
             removed += usize::from(idle);
             !idle
@@ -449,7 +450,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = self.map.remove(key).is_some();
+        let removed = self.map.remove(key);
         if removed {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
@@ -463,7 +464,7 @@ where
 
     /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
     }
 
     /// How many checks of new keys the [`Overflow`] policy decided because

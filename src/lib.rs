@@ -45,6 +45,7 @@ mod decision;
 mod error;
 mod keyed;
 mod limiter;
+mod map;
 mod quota;
 mod sync;
 
@@ -57,3 +58,11 @@ pub use error::{CheckError, QuotaError};
 pub use keyed::{KeyedBuilder, KeyedRateLimiter, Overflow};
 pub use limiter::RateLimiter;
 pub use quota::{Delay, Quota};
+
+/// Internals the loom models in `loom-tests/` check directly. Only under
+/// `--cfg rategate_loom`; not part of the API.
+#[cfg(rategate_loom)]
+#[doc(hidden)]
+pub mod loom_internals {
+    pub use crate::clock::Monotonic;
+}

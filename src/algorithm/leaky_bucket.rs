@@ -1,5 +1,673 @@
-//! Placeholder, replaced by the real algorithm.
+//! Leaky bucket with nginx `limit_req` semantics, on one `AtomicU64`.
+//!
+//! This is the algorithm of nginx's `ngx_http_limit_req_module.c`
+//! (`ngx_http_limit_req_lookup` and `ngx_http_limit_req_account`),
+//! transcribed with its integer units so that a configuration behaves as it
+//! does in nginx:
+//!
+//! * the rate is kept in thousandths of a request per second: `10r/s` is
+//!   10 000 and `100r/m` is `100 * 1000 / 60` = 1 666, truncated as nginx
+//!   does. A quota of `limit` per any other period uses
+//!   `limit * 10^12 / period_ns` truncated, which is `limit * 10^6 /
+//!   period_ms` for whole milliseconds and gives nginx's numbers for `r/s`
+//!   and `r/m`;
+//! * time is whole milliseconds, `now_ms = now_ns / 1_000_000`;
+//! * per key, `excess` (thousandths of a request) and `last` (ms). A request
+//!   at `now_ms` computes `ms = now_ms - last` and
+//!   `excess = old - rate * ms / 1000 + 1000`, floored at zero; it is
+//!   rejected if `excess > burst * 1000`, and otherwise stores `excess` and,
+//!   only if `ms != 0`, `last = now_ms`. A rejected request changes nothing.
+//!   A key's first request stores `excess = 0, last = now_ms`;
+//! * an admitted request whose `excess` is above `delay * 1000` waits
+//!   `(excess - delay * 1000) * 1000 / rate` ms (truncated), where `delay` is
+//!   0 by default ([`Delay::Smooth`], every excess request waits its turn),
+//!   `burst` with `nodelay` ([`Delay::NoDelay`]), or `n` with `delay=n`
+//!   ([`Delay::After`], two-stage limiting). The wait is returned in
+//!   [`Decision::delay`]; the caller sleeps, where nginx holds the request.
+//!
+//! The burst has nginx's meaning: how many requests beyond the rate may be
+//! queued (default 0), so `burst + 1` requests pass at once.
+//!
+//! # Where this differs from nginx
+//!
+//! * **Cost-weighted requests** are an extension: a request of cost `c`
+//!   adds `1000 * c`. So that a bucket never holds more than `burst + 1`
+//!   requests, the drain floors the level at one request *below* empty
+//!   before the cost is added:
+//!   `excess = max(old - rate * ms / 1000, -1000) + 1000 * c`.
+//!   For `c = 1` this is exactly nginx's
+//!   `max(old - rate * ms / 1000 + 1000, 0)`; for any cost, a long-idle key
+//!   and a new key decide alike (a new key's first request of cost `c`
+//!   leaves `1000 * (c - 1)`). Clamping after adding, as nginx does for one
+//!   request, would let a long-idle key take a cost of `burst + 1` with an
+//!   excess of 0 and then `burst` more at once.
+//!   A cost of 0 is always admitted and records nothing.
+//! * **Time going backwards**: nginx counts a step back of up to 60 s as
+//!   `ms = 0` and a longer one as `ms = 1` (then moves `last` back to the
+//!   earlier time, which lets the bucket drain the same interval twice).
+//!   Here every step back counts as `ms = 0` and `last` stays, so a clock
+//!   that steps back never grants anything.
+//! * nginx reads a cached per-event-loop millisecond clock
+//!   (`ngx_current_msec`); here each check reads the limiter's clock.
+//! * One limiter is one `limit_req` zone; nginx's several `limit_req`
+//!   directives on one request (checked all, accounted together) are for
+//!   the caller to compose.
+//! * nginx forgets a key after its node is least recently used and drained
+//!   for 60 s; here a keyed limiter's sweep drops a key as soon as it is
+//!   idle (drained to a new key's state).
+//! * The decision also reports `remaining`, `reset_after` and
+//!   `retry_after`, which nginx does not compute.
 
-/// Placeholder.
-#[derive(Debug)]
-pub struct LeakyBucket;
+use super::{Algorithm, check_cost};
+use crate::sync::{AtomicU64, Ordering};
+use crate::{CheckError, Decision, Delay, Quota, QuotaError};
+
+const NANOS_PER_MS: u64 = 1_000_000;
+/// Thousandths of a request per request.
+const UNIT: u64 = 1_000;
+/// Low bits of the state word: the excess, in thousandths.
+const EXCESS_BITS: u32 = 23;
+const EXCESS_MASK: u64 = (1 << EXCESS_BITS) - 1;
+/// The latest millisecond the state word can hold: the high 41 bits hold
+/// `last_ms + 1`, so that the word 0 means "never seen".
+const MAX_MS: u64 = (1 << (64 - EXCESS_BITS)) - 2;
+
+/// Leaky bucket as nginx's `limit_req`: a rate (the quota's), a burst of
+/// excess requests queued beyond it (the quota's explicit burst, default 0)
+/// and a delay mode (the quota's [`Delay`]).
+///
+/// State: one `AtomicU64` per key, updated by compare-exchange; denials
+/// write nothing. The word packs the excess in thousandths of a request in
+/// its low 23 bits and `last_ms + 1` in its high 41 bits (0: never seen).
+///
+/// # Decision fields
+///
+/// * `limit`: `burst + 1`.
+/// * `remaining`: cost-1 requests that would pass right after this one,
+///   `(burst * 1000 - excess) / 1000` (`burst + 1` only on an idle key).
+/// * `reset_after`: until the key has drained to a new key's state (the
+///   excess plus the request in service, `excess + 1000`, drained), when
+///   `remaining` is back to `burst + 1` and a sweep may drop the key. That is
+///   one request's drain (`1000 / rate` s) after the excess itself reaches 0.
+/// * `retry_after` (denials): until the millisecond at which the drain since
+///   `last` has made room for the same cost. The milliseconds are rounded up,
+///   as nginx only drains whole ones, and the wait is exact to the
+///   nanosecond from `now`: the request passes then and not one nanosecond
+///   earlier.
+/// * `delay` (admissions): nginx's wait, truncated to whole milliseconds.
+///
+/// Times that fall after the last millisecond the state can hold (below)
+/// are `u64::MAX`: never.
+///
+/// # Limits of the packing
+///
+/// * The burst is at most [`LeakyBucket::MAX_BURST`] (8 388: `burst * 1000`
+///   must fit 23 bits); larger ones are refused with
+///   [`QuotaError::LimitTooLarge`].
+/// * `last_ms` is stored whole, without wrapping, up to `2^41 - 2` ms
+///   (about 69.7 years) from the clock's origin. A later reading counts as
+///   that last millisecond: the bucket stops draining, so it never admits
+///   more, and a limiter that old denies once its burst is spent.
+/// * The rate must be at least one thousandth of a request per second (one
+///   request per 1000 s; nginx's slowest is `1r/m`); slower quotas are
+///   refused with [`QuotaError::RateTooLow`].
+///
+/// # Examples
+///
+/// nginx's `limit_req zone=one burst=5` on a `rate=1r/s` zone:
+///
+/// ```
+/// use rategate::{LeakyBucket, ManualClock, Quota, RateLimiter};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let quota: Quota = "1r/s burst=5".parse()?;
+/// let limiter = RateLimiter::<LeakyBucket, _>::with_clock(quota, clock.clone())?;
+/// let first = limiter.check();
+/// assert!(first.is_allowed() && first.delay().is_zero());
+/// // The 5 excess requests are queued, one second apart...
+/// for queued in 1..=5 {
+///     let d = limiter.check();
+///     assert!(d.is_allowed());
+///     assert_eq!(d.delay(), Duration::from_secs(queued));
+/// }
+/// // ...and a 7th finds the queue full.
+/// let rejected = limiter.check();
+/// assert!(!rejected.is_allowed());
+/// assert_eq!(rejected.retry_after(), Duration::from_secs(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyBucket {
+    /// The drain rate in thousandths of a request per second (nginx's
+    /// `ctx->rate`), between 1 and 10^12.
+    rate: u64,
+    /// `burst * 1000`, the most excess an admitted request may leave
+    /// (nginx's `limit->burst`); at most `EXCESS_MASK`.
+    burst: u64,
+    /// The excess above which an admitted request is delayed, in
+    /// thousandths (nginx's `limit->delay`).
+    delay: u64,
+    /// `burst + 1`: the most requests that pass at once.
+    capacity: u32,
+}
+
+/// A key's state unpacked: the excess in thousandths and the millisecond
+/// of the last admission that moved it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    excess: u64,
+    last_ms: u64,
+}
+
+impl Slot {
+    /// `None` for the word of a key never seen.
+    #[inline]
+    fn unpack(word: u64) -> Option<Slot> {
+        let time = word >> EXCESS_BITS;
+        time.checked_sub(1).map(|last_ms| Slot {
+            excess: word & EXCESS_MASK,
+            last_ms,
+        })
+    }
+
+    /// `excess <= EXCESS_MASK` and `last_ms <= MAX_MS`, so the word is
+    /// nonzero and unpacks to `self`.
+    #[inline]
+    fn pack(self) -> u64 {
+        ((self.last_ms + 1) << EXCESS_BITS) | self.excess
+    }
+}
+
+/// Nanoseconds from `now` until millisecond `ms` starts (0 if it has), or
+/// `u64::MAX` (never) past the last millisecond the state can hold.
+#[inline]
+fn until_ms(ms: u64, now: u64) -> u64 {
+    if ms > MAX_MS {
+        return u64::MAX;
+    }
+    // ms <= MAX_MS < 2^41: the product is below 2^61.
+    (ms * NANOS_PER_MS).saturating_sub(now)
+}
+
+impl LeakyBucket {
+    /// The largest burst the packed state supports.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::{Algorithm, LeakyBucket, Quota, QuotaError};
+    ///
+    /// let max = Quota::per_second(10)?.burst(LeakyBucket::MAX_BURST)?;
+    /// assert!(LeakyBucket::from_quota(&max).is_ok());
+    /// let over = Quota::per_second(10)?.burst(LeakyBucket::MAX_BURST + 1)?;
+    /// assert!(matches!(
+    ///     LeakyBucket::from_quota(&over),
+    ///     Err(QuotaError::LimitTooLarge { .. })
+    /// ));
+    /// # Ok::<(), QuotaError>(())
+    /// ```
+    pub const MAX_BURST: u32 = (EXCESS_MASK / UNIT) as u32;
+
+    /// The smallest `ms` after which the drain has removed at least `amount`
+    /// thousandths: `rate * ms / 1000 >= amount` (the division truncates, as
+    /// nginx's does).
+    #[inline]
+    fn drain_ms(&self, amount: u64) -> u64 {
+        // amount <= excess + 1000 * cost < 2^25: the product is small.
+        (amount * UNIT).div_ceil(self.rate)
+    }
+
+    /// The pure decision core: given the stored word, decide a request of
+    /// `cost` (at most the capacity) at `now`. Returns the decision and,
+    /// when the request is admitted with a cost, the word to store.
+    #[inline]
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
+        let stored = Slot::unpack(word);
+        // The level the drain leaves at now_ms, in thousandths, floored at
+        // one request below empty (a new key's level), and the `last` an
+        // admission would store.
+        let (level, last_ms) = match stored {
+            None => (-(UNIT as i64), now_ms),
+            Some(slot) => {
+                // A step back counts as no time elapsed and keeps `last`.
+                let ms = now_ms.saturating_sub(slot.last_ms);
+                // Saturation is harmless: any leak past the excess floors.
+                // leak <= u64::MAX / 1000 < i64::MAX.
+                let leak = self.rate.saturating_mul(ms) / UNIT;
+                let level = (slot.excess as i64 - leak as i64).max(-(UNIT as i64));
+                (level, if ms != 0 { now_ms } else { slot.last_ms })
+            }
+        };
+        // cost <= MAX_BURST + 1: the product is small.
+        let excess = (level + (UNIT * u64::from(cost)) as i64).max(0) as u64;
+
+        if excess <= self.burst {
+            let (after, record) = if cost > 0 {
+                let slot = Slot { excess, last_ms };
+                (Some(slot), Some(slot.pack()))
+            } else {
+                (stored, None)
+            };
+            // The level right after: `excess` if recorded, else the drained
+            // level; each further cost-1 request adds 1000.
+            let level_after = if record.is_some() {
+                excess as i64
+            } else {
+                level
+            };
+            let remaining = (self.burst as i64 - level_after) as u64 / UNIT;
+            let decision = Decision::allow(self.capacity, remaining as u32, self.reset(after, now));
+            let delay_ms = excess.saturating_sub(self.delay) * UNIT / self.rate;
+            (decision.with_delay(delay_ms * NANOS_PER_MS), record)
+        } else {
+            // Only a known key can be denied: a new key's first request
+            // leaves at most 1000 * (capacity - 1) = burst.
+            let slot = stored.unwrap_or(Slot {
+                excess: 0,
+                last_ms: now_ms,
+            });
+            let remaining = (self.burst as i64 - level).max(0) as u64 / UNIT;
+            // It passes once the drain since `last` has removed what the
+            // cost overshoots by.
+            let over = (slot.excess + UNIT * u64::from(cost)).saturating_sub(self.burst);
+            let retry = until_ms(slot.last_ms + self.drain_ms(over), now);
+            let decision = Decision::deny(
+                self.capacity,
+                remaining as u32,
+                self.reset(Some(slot), now),
+                retry,
+            );
+            (decision, None)
+        }
+    }
+
+    /// Nanoseconds from `now` until the stored `slot` has drained to a new
+    /// key's level (one request below empty), when `remaining` is back to
+    /// the capacity and the key is idle.
+    #[inline]
+    fn reset(&self, slot: Option<Slot>, now: u64) -> u64 {
+        slot.map_or(0, |s| {
+            until_ms(s.last_ms + self.drain_ms(s.excess + UNIT), now)
+        })
+    }
+}
+
+impl Algorithm for LeakyBucket {
+    /// The packed `(excess, last_ms + 1)`; 0: never seen.
+    type State = AtomicU64;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        // limit <= period (at most one per ns), so rate <= 10^12.
+        let rate = u128::from(quota.limit()) * 1_000_000_000_000 / u128::from(quota.period_nanos());
+        if rate == 0 {
+            return Err(QuotaError::RateTooLow {
+                limit: quota.limit().into(),
+                period_nanos: quota.period_nanos(),
+            });
+        }
+        let burst = quota.explicit_burst().unwrap_or(0);
+        if burst > Self::MAX_BURST {
+            return Err(QuotaError::LimitTooLarge {
+                limit: burst.into(),
+                max: Self::MAX_BURST.into(),
+            });
+        }
+        let delay = match quota.delay_mode() {
+            Delay::Smooth => 0,
+            Delay::NoDelay => burst,
+            Delay::After(n) => n,
+        };
+        Ok(LeakyBucket {
+            rate: rate as u64,
+            burst: u64::from(burst) * UNIT,
+            delay: u64::from(delay) * UNIT,
+            capacity: burst + 1,
+        })
+    }
+
+    fn new_state(&self) -> AtomicU64 {
+        AtomicU64::new(0)
+    }
+
+    #[inline]
+    fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.capacity)?;
+        // Relaxed throughout: the word is self-contained and publishes no
+        // other memory. The compare-exchange makes read-decide-write atomic
+        // (a concurrent update makes it fail and we decide again on the
+        // value it observed), and all operations on one atomic follow its
+        // single modification order, so no admission is lost.
+        let mut word = state.load(Ordering::Relaxed);
+        loop {
+            let (decision, new_word) = self.decide(word, now, cost);
+            let Some(new_word) = new_word else {
+                return Ok(decision);
+            };
+            match state.compare_exchange_weak(word, new_word, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(decision),
+                Err(observed) => word = observed,
+            }
+        }
+    }
+
+    #[inline]
+    fn peek(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.capacity)?;
+        // Relaxed: see `check`.
+        Ok(self.decide(state.load(Ordering::Relaxed), now, cost).0)
+    }
+
+    #[inline]
+    fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
+        // Relaxed: see `check`. Callers that drop the key hold a lock that
+        // excludes concurrent checks of it.
+        Slot::unpack(state.load(Ordering::Relaxed)).is_none_or(|slot| {
+            let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
+            now_ms.saturating_sub(slot.last_ms) >= self.drain_ms(slot.excess + UNIT)
+        })
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = NANOS_PER_MS;
+
+    fn bucket(quota: &str) -> LeakyBucket {
+        LeakyBucket::from_quota(&quota.parse().unwrap()).unwrap()
+    }
+
+    fn slot(state: &AtomicU64) -> Option<Slot> {
+        Slot::unpack(state.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn rates_match_nginx_units() {
+        assert_eq!(bucket("10r/s").rate, 10_000);
+        assert_eq!(bucket("100r/m").rate, 1_666);
+        assert_eq!(bucket("1r/m").rate, 16);
+        assert_eq!(bucket("7/1500ms").rate, 4_666);
+        assert_eq!(bucket("1/1ns").rate, 1_000_000_000_000);
+        let lb = bucket("10r/s burst=12 delay=8");
+        assert_eq!((lb.burst, lb.delay, lb.capacity), (12_000, 8_000, 13));
+        let lb = bucket("10r/s burst=20 nodelay");
+        assert_eq!((lb.burst, lb.delay, lb.capacity), (20_000, 20_000, 21));
+        let lb = bucket("10r/s");
+        assert_eq!((lb.burst, lb.delay, lb.capacity), (0, 0, 1));
+    }
+
+    #[test]
+    fn unsupported_quotas_are_refused() {
+        let slow: Quota = "1/1001s".parse().unwrap();
+        assert_eq!(
+            LeakyBucket::from_quota(&slow),
+            Err(QuotaError::RateTooLow {
+                limit: 1,
+                period_nanos: 1_001_000_000_000
+            })
+        );
+        assert!(LeakyBucket::from_quota(&"1/1000s".parse().unwrap()).is_ok());
+        let big = Quota::per_second(1).unwrap().burst(8_389).unwrap();
+        assert_eq!(
+            LeakyBucket::from_quota(&big),
+            Err(QuotaError::LimitTooLarge {
+                limit: 8_389,
+                max: 8_388
+            })
+        );
+        assert_eq!(LeakyBucket::MAX_BURST, 8_388);
+    }
+
+    #[test]
+    fn packing_round_trips_at_the_extremes() {
+        for slot in [
+            Slot {
+                excess: 0,
+                last_ms: 0,
+            },
+            Slot {
+                excess: EXCESS_MASK,
+                last_ms: MAX_MS,
+            },
+            Slot {
+                excess: 8_388_000,
+                last_ms: 12_345,
+            },
+        ] {
+            assert_ne!(slot.pack(), 0);
+            assert_eq!(Slot::unpack(slot.pack()), Some(slot));
+        }
+        assert_eq!(Slot::unpack(0), None);
+        assert_eq!(MAX_MS, 2_199_023_255_550);
+    }
+
+    #[test]
+    fn nginx_excess_accounting() {
+        // 2r/s: 2000 thousandths per second, 2 per ms.
+        let lb = bucket("2r/s burst=2");
+        let state = lb.new_state();
+        let d = lb.check(&state, 0, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!((d.remaining(), d.delay_nanos()), (2, 0));
+        assert_eq!(d.reset_after_nanos(), 500 * MS);
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 0,
+                last_ms: 0
+            })
+        );
+        // 100 ms later: 0 - 200 + 1000 = 800, waits 800 * 1000 / 2000 ms.
+        let d = lb.check(&state, 100 * MS + 999_999, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 800,
+                last_ms: 100
+            })
+        );
+        assert_eq!(d.delay_nanos(), 400 * MS);
+        assert_eq!(d.remaining(), 1);
+        // Drained to a new key's level after (800 + 1000) / 2 = 900 ms.
+        assert_eq!(d.reset_after_nanos(), 1_000 * MS - (100 * MS + 999_999));
+        // Same ms: 1800, then 2800 > 2000 is rejected and changes nothing.
+        assert!(lb.check(&state, 100 * MS, 1).unwrap().is_allowed());
+        let d = lb.check(&state, 100 * MS, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 1_800,
+                last_ms: 100
+            })
+        );
+        assert_eq!(d.remaining(), 0);
+        // Passes once 800 has drained: at ms 500.
+        assert_eq!(d.retry_after_nanos(), 400 * MS);
+        assert!(!lb.check(&state, 500 * MS - 1, 1).unwrap().is_allowed());
+        assert!(lb.check(&state, 500 * MS, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn last_moves_only_when_ms_is_nonzero_and_truncation_is_kept() {
+        // 100r/m = 1666 thousandths per second: 1 ms drains 1 (1.666 truncated).
+        let lb = bucket("100r/m burst=3");
+        let state = lb.new_state();
+        lb.check(&state, 0, 1).unwrap();
+        lb.check(&state, 0, 1).unwrap();
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 1_000,
+                last_ms: 0
+            })
+        );
+        lb.check(&state, MS, 1).unwrap();
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 1_999,
+                last_ms: 1
+            })
+        );
+        lb.check(&state, MS + 5, 1).unwrap();
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 2_999,
+                last_ms: 1
+            })
+        );
+    }
+
+    #[test]
+    fn time_going_back_counts_as_zero_ms() {
+        let lb = bucket("1r/s burst=1 nodelay");
+        let state = lb.new_state();
+        assert!(lb.check(&state, 5_000 * MS, 1).unwrap().is_allowed());
+        assert!(lb.check(&state, 5_000 * MS, 1).unwrap().is_allowed());
+        // A reading 4 s (or 100 s) earlier drains nothing and keeps `last`.
+        for back in [1_000 * MS, 0] {
+            let d = lb.check(&state, back, 1).unwrap();
+            assert!(!d.is_allowed());
+            assert_eq!(d.retry_after_nanos(), 6_000 * MS - back);
+        }
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 1_000,
+                last_ms: 5_000
+            })
+        );
+        // Admitted at an earlier reading: `last` stays at 5 000.
+        let lb = bucket("1r/s burst=3");
+        let state = lb.new_state();
+        lb.check(&state, 5_000 * MS, 1).unwrap();
+        let d = lb.check(&state, 4_000 * MS, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.delay_nanos(), 1_000 * MS);
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 1_000,
+                last_ms: 5_000
+            })
+        );
+        assert!(!lb.is_idle(&state, 4_000 * MS));
+    }
+
+    #[test]
+    fn delay_modes() {
+        // nginx's blog: 5r/s burst=12 delay=8: the first request and 8 excess
+        // pass at once, 4 more wait 200 ms apart, the rest are rejected.
+        let lb = bucket("5r/s burst=12 delay=8");
+        let state = lb.new_state();
+        let delays: Vec<Option<u64>> = (0..15)
+            .map(|_| {
+                let d = lb.check(&state, 0, 1).unwrap();
+                d.is_allowed().then(|| d.delay_nanos() / MS)
+            })
+            .collect();
+        let mut want = vec![Some(0); 9];
+        want.extend([Some(200), Some(400), Some(600), Some(800), None, None]);
+        assert_eq!(delays, want);
+
+        let lb = bucket("10r/s burst=20 nodelay");
+        let state = lb.new_state();
+        for _ in 0..21 {
+            let d = lb.check(&state, 0, 1).unwrap();
+            assert!(d.is_allowed() && d.delay_nanos() == 0);
+        }
+        assert!(!lb.check(&state, 0, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn costs_use_the_floor_and_never_exceed_capacity() {
+        let lb = bucket("1r/s burst=2 nodelay");
+        let state = lb.new_state();
+        // A new key: cost 3 leaves 2000.
+        let d = lb.check(&state, 0, 3).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(
+            slot(&state),
+            Some(Slot {
+                excess: 2_000,
+                last_ms: 0
+            })
+        );
+        // Long idle: the same as a new key, not nginx's clamp after adding.
+        let d = lb.check(&state, 1_000_000 * MS, 3).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(slot(&state).unwrap().excess, 2_000);
+        let d = lb.check(&state, 1_000_000 * MS, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 1_000 * MS);
+        // Cost 0 passes and records nothing.
+        let before = state.load(Ordering::Relaxed);
+        let d = lb.check(&state, 1_000_500 * MS, 0).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(state.load(Ordering::Relaxed), before);
+        assert_eq!(
+            lb.check(&state, 0, 4),
+            Err(CheckError::CostExceedsCapacity {
+                cost: 4,
+                capacity: 3
+            })
+        );
+    }
+
+    #[test]
+    fn idle_means_drained_to_a_new_keys_level() {
+        let lb = bucket("10r/s burst=5");
+        let state = lb.new_state();
+        assert!(lb.is_idle(&state, 0));
+        lb.check(&state, 0, 1).unwrap(); // excess 0: idle after 100 ms
+        assert!(!lb.is_idle(&state, 99 * MS + 999_999));
+        assert!(lb.is_idle(&state, 100 * MS));
+        lb.check(&state, 0, 1).unwrap(); // 1000: idle after 200 ms
+        assert_eq!(
+            lb.peek(&state, 50 * MS, 0).unwrap().reset_after_nanos(),
+            150 * MS
+        );
+        // Counting the request itself: 1500 at ms 50 drains by ms 300.
+        assert_eq!(
+            lb.peek(&state, 50 * MS, 1).unwrap().reset_after_nanos(),
+            250 * MS
+        );
+        assert!(!lb.is_idle(&state, 199 * MS));
+        assert!(lb.is_idle(&state, 200 * MS));
+        // Idle: a request leaves as many after it as on a new key.
+        assert_eq!(lb.peek(&state, 200 * MS, 1).unwrap().remaining(), 5);
+        assert_eq!(lb.peek(&state, 200 * MS, 0).unwrap().remaining(), 6);
+    }
+
+    #[test]
+    fn extreme_times_stand_still_without_panicking() {
+        let lb = bucket("1r/s burst=1");
+        let state = lb.new_state();
+        assert!(lb.check(&state, u64::MAX, 1).unwrap().is_allowed());
+        assert_eq!(slot(&state).unwrap().last_ms, MAX_MS);
+        let d = lb.check(&state, u64::MAX, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), u64::MAX);
+        let d = lb.check(&state, u64::MAX, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), u64::MAX);
+        assert!(!lb.is_idle(&state, u64::MAX));
+        let fast = bucket("1/1ns");
+        let state = fast.new_state();
+        assert!(fast.check(&state, 0, 1).unwrap().is_allowed());
+        assert!(fast.check(&state, u64::MAX, 1).unwrap().is_allowed());
+    }
+}

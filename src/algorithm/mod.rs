@@ -16,7 +16,7 @@ mod token_bucket;
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use sliding_window_counter::SlidingWindowCounter;
-pub use sliding_window_log::SlidingWindowLog;
+pub use sliding_window_log::{SlidingWindowLog, WindowLog};
 pub use token_bucket::TokenBucket;
 
 use crate::{CheckError, Decision, Quota, QuotaError};

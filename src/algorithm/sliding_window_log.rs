@@ -1,5 +1,461 @@
-//! Placeholder, replaced by the real algorithm.
+//! Sliding window log: the exact sliding window.
+//!
+//! The log keeps the time and cost of every admitted request that may still
+//! be inside the window, and admits a request of cost `c` at `now` only if
+//! the costs admitted in the last period, plus `c`, stay within the limit.
+//! Unlike a fixed window it has no boundary burst: no window of one period,
+//! wherever it is placed, ever holds more than `limit`. This is the "sliding
+//! log" of the rate-limiting literature (Figma engineering, "An alternative
+//! approach to rate limiting", 2017; Alex Xu, *System Design Interview*,
+//! ch. 4), paid for with memory proportional to the limit.
+//!
+//! # Window boundary
+//!
+//! The window at `now` is the half-open interval `(now - period, now]`: a
+//! request admitted at `t` counts until `t + period` and no longer at
+//! `t + period` itself. With a limit of 1 per second, requests at 0 s and at
+//! exactly 1 s both pass. A request's slot is therefore free again exactly
+//! one period after it was taken, which is also what `retry_after` and
+//! `reset_after` report.
+//!
+//! # Why a lock
+//!
+//! The log is many words (a ring of entries plus a running sum), and one
+//! compare-exchange can only replace one word, so the read-decide-append
+//! cannot be made atomic with a CAS as the one-word algorithms do. A
+//! lock-free multi-word log (per-slot sequence numbers, or copy-on-write
+//! snapshots) would cost more per check than the few instructions the lock
+//! guards. Each key's log has its own `parking_lot` mutex (one byte, no
+//! system call when uncontended), held while expired entries are dropped,
+//! the sum is compared and one entry is appended: O(1) amortised for an
+//! admission; a denial also walks the entries that must expire before the
+//! request fits (at most its cost many).
 
-/// Placeholder.
+use super::{Algorithm, check_cost};
+use crate::sync::Mutex;
+use crate::{CheckError, Decision, Quota, QuotaError};
+use std::collections::VecDeque;
+
+/// Sliding window log: at most `limit` per period in *every* window of one
+/// period, exactly (windows are `(now - period, now]`).
+///
+/// The quota's burst does not apply: the most that can pass at once is the
+/// limit.
+///
+/// State: one [`WindowLog`] per key, a mutex-guarded ring buffer of
+/// `(time, cost)` entries, one per distinct admission time (requests
+/// admitted in the same nanosecond share an entry). Every entry has a cost of
+/// at least 1 and the costs in the log sum to at most `limit`, so the ring
+/// never holds more than `limit` entries.
+///
+/// # Memory per key
+///
+/// On a 64-bit target, 56 bytes inline (the mutex, the ring's header, the
+/// running sum and the latest reading) plus 16 bytes per ring slot on the heap.
+/// The ring starts empty and unallocated, and grows only as requests arrive,
+/// doubling from 4 slots and capped at `limit` slots: at most
+/// `56 + 16 x limit` bytes, reached only when `limit` requests at distinct
+/// times fall in one window. A key whose log has emptied is idle, and a
+/// keyed limiter's sweep frees it entirely.
+///
+/// # Time going backwards
+///
+/// A `now` earlier than the latest one a check has seen counts as that
+/// latest time (no time elapsed): admissions are recorded at it, and entries
+/// dropped as expired at it stay dropped, so a step back can never reopen a
+/// window. The limit holds in every window of the recorded times.
+/// `retry_after` and `reset_after` stay measured from the `now` given, so
+/// they include the step back.
+///
+/// # Extremes
+///
+/// An entry admitted less than one period before `u64::MAX` nanoseconds
+/// (584 years) never leaves the window, since the clock cannot reach its
+/// expiry. Durations are computed exactly and saturate at `u64::MAX`.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{ManualClock, Quota, RateLimiter, SlidingWindowLog};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter =
+///     RateLimiter::<SlidingWindowLog, _>::with_clock(Quota::per_minute(2)?, clock.clone())?;
+/// assert!(limiter.check().is_allowed()); // t = 0 s
+/// clock.advance(Duration::from_secs(40));
+/// assert!(limiter.check().is_allowed()); // t = 40 s
+/// let denied = limiter.check();
+/// assert!(!denied.is_allowed());
+/// // The first slot frees when the request at 0 s leaves the window.
+/// assert_eq!(denied.retry_after(), Duration::from_secs(20));
+/// clock.advance(Duration::from_secs(20));
+/// assert!(limiter.check().is_allowed()); // t = 60 s: (0 s, 60 s] holds one
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindowLog {
+    /// The most cost admitted in any window, at least 1.
+    limit: u32,
+    /// The window length in nanoseconds, at least 1.
+    period: u64,
+}
+
+/// The [`SlidingWindowLog`]'s per-key state: the log of admitted requests
+/// still in the window, behind a short-held mutex.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::algorithm::{Algorithm, SlidingWindowLog, WindowLog};
+/// use rategate::Quota;
+///
+/// let log = SlidingWindowLog::from_quota(&Quota::per_second(3)?)?;
+/// let state: WindowLog = log.new_state();
+/// assert!(log.check(&state, 0, 2)?.is_allowed());
+/// // One left: a request of cost 1 now would take it.
+/// assert_eq!(log.peek(&state, 0, 1)?.remaining(), 0);
+/// assert!(!log.is_idle(&state, 999_999_999));
+/// assert!(log.is_idle(&state, 1_000_000_000));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
-pub struct SlidingWindowLog;
+pub struct WindowLog {
+    log: Mutex<Log>,
+}
+
+/// The log proper; see [`WindowLog`].
+#[derive(Debug, Default)]
+struct Log {
+    /// Admissions, oldest first, at strictly increasing times (all at most
+    /// `latest`), each with a cost of at least 1. Entries expired since the
+    /// last check linger until the next one drops them; all were in the
+    /// window at the last admission, so there are at most `limit` of them.
+    entries: VecDeque<Entry>,
+    /// The sum of the entries' costs: at most `limit`.
+    used: u32,
+    /// The latest reading a check has seen (0 if none). Entries were
+    /// dropped as expired at this time, so an earlier reading counts as
+    /// this one: it must not see a window the log no longer holds.
+    latest: u64,
+}
+
+/// One admission time and the cost admitted at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    at: u64,
+    cost: u32,
+}
+
+impl SlidingWindowLog {
+    /// Nanoseconds from `now` until an entry admitted at `at` leaves the
+    /// window (0 if it already has), computed exactly and saturated at
+    /// `u64::MAX`.
+    #[inline]
+    fn until_expiry(&self, at: u64, now: u64) -> u64 {
+        let expiry = u128::from(at) + u128::from(self.period);
+        u64::try_from(expiry.saturating_sub(u128::from(now))).unwrap_or(u64::MAX)
+    }
+
+    /// Whether an entry admitted at `at` is out of the window at `now`
+    /// (`now` is clamped to the log's latest reading, so `now >= at`).
+    #[inline]
+    fn expired(&self, at: u64, now: u64) -> bool {
+        now - at >= self.period
+    }
+
+    /// The pure decision core: decide a request of `cost` (at most the
+    /// limit) at `now` against `log`, which is not modified (expired entries
+    /// still in it are skipped). Returns the decision and, when admitted
+    /// with a cost, the time to record it at.
+    fn decide(&self, log: &Log, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        let at = now.max(log.latest);
+        let mut live = log.entries.iter().peekable();
+        let mut used = log.used;
+        while let Some(entry) = live.next_if(|e| self.expired(e.at, at)) {
+            used -= entry.cost;
+        }
+        // Both are at most the limit, a u32: no overflow in u64.
+        let used = u64::from(used);
+        let after = used + u64::from(cost);
+        let limit = u64::from(self.limit);
+        let newest = log.entries.back().filter(|e| !self.expired(e.at, at));
+        if after <= limit {
+            let newest = if cost > 0 {
+                Some(at)
+            } else {
+                newest.map(|e| e.at)
+            };
+            let reset = newest.map_or(0, |t| self.until_expiry(t, now));
+            let decision = Decision::allow(self.limit, (limit - after) as u32, reset);
+            (decision, (cost > 0).then_some(at))
+        } else {
+            // The oldest live entries must leave until `need` cost is freed;
+            // the last of them to leave sets the retry time. The live entries
+            // hold `used` > limit - cost = used - need, so the walk always
+            // ends at an entry.
+            let need = after - limit;
+            let mut freed = 0;
+            let mut retry = 0;
+            for entry in live {
+                freed += u64::from(entry.cost);
+                if freed >= need {
+                    retry = self.until_expiry(entry.at, now);
+                    break;
+                }
+            }
+            let reset = newest.map_or(0, |e| self.until_expiry(e.at, now));
+            let decision = Decision::deny(self.limit, (limit - used) as u32, reset, retry);
+            (decision, None)
+        }
+    }
+
+    /// Moves the log's clock to `now` (if later) and drops the entries that
+    /// are out of the window at the result.
+    fn advance(&self, log: &mut Log, now: u64) {
+        log.latest = log.latest.max(now);
+        while let Some(oldest) = log.entries.front() {
+            if !self.expired(oldest.at, log.latest) {
+                break;
+            }
+            log.used -= oldest.cost;
+            log.entries.pop_front();
+        }
+    }
+
+    /// Appends an admission of `cost` (at least 1) at `at`, the log's
+    /// latest reading; same-time admissions share an entry.
+    fn record(&self, log: &mut Log, at: u64, cost: u32) {
+        // used + cost <= limit was just checked under the same lock.
+        log.used += cost;
+        if let Some(last) = log.entries.back_mut() {
+            if last.at == at {
+                last.cost += cost;
+                return;
+            }
+        }
+        if log.entries.len() == log.entries.capacity() {
+            // Grow by doubling, but never past `limit` slots: the log can
+            // never hold more live entries than that.
+            let len = log.entries.len();
+            let target = (len * 2).max(4).min(self.limit as usize).max(len + 1);
+            log.entries.reserve_exact(target - len);
+        }
+        log.entries.push_back(Entry { at, cost });
+    }
+}
+
+impl Algorithm for SlidingWindowLog {
+    /// The log of admitted requests; see [`WindowLog`].
+    type State = WindowLog;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        let limit = quota.limit();
+        // A ring of `limit` entries must be addressable (only a concern on
+        // 16- and 32-bit targets); on 64-bit any u32 limit fits.
+        let max = isize::MAX as usize / size_of::<Entry>();
+        if !usize::try_from(limit).is_ok_and(|l| l <= max) {
+            return Err(QuotaError::LimitTooLarge {
+                limit: limit.into(),
+                max: max as u64,
+            });
+        }
+        Ok(SlidingWindowLog {
+            limit,
+            period: quota.period_nanos(),
+        })
+    }
+
+    fn new_state(&self) -> WindowLog {
+        WindowLog {
+            log: Mutex::new(Log::default()),
+        }
+    }
+
+    fn check(&self, state: &WindowLog, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.limit)?;
+        // The mutex orders every access to the log: a check sees all the
+        // admissions of the checks that held the lock before it.
+        let mut log = state.log.lock();
+        self.advance(&mut log, now);
+        let (decision, at) = self.decide(&log, now, cost);
+        if let Some(at) = at {
+            self.record(&mut log, at, cost);
+        }
+        Ok(decision)
+    }
+
+    fn peek(&self, state: &WindowLog, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.limit)?;
+        // The lock gives a consistent snapshot; the log is only read.
+        let log = state.log.lock();
+        Ok(self.decide(&log, now, cost).0)
+    }
+
+    fn is_idle(&self, state: &WindowLog, now: u64) -> bool {
+        let log = state.log.lock();
+        let now = now.max(log.latest);
+        // Entries are in time order: the log is empty at `now` when its
+        // newest entry has left the window.
+        log.entries
+            .back()
+            .is_none_or(|newest| self.expired(newest.at, now))
+    }
+
+    fn capacity(&self) -> u32 {
+        self.limit
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+
+    fn log(limit: u32, period: u64) -> SlidingWindowLog {
+        let quota = Quota::with_period(limit, std::time::Duration::from_nanos(period)).unwrap();
+        SlidingWindowLog::from_quota(&quota).unwrap()
+    }
+
+    fn entries(state: &WindowLog) -> Vec<(u64, u32)> {
+        let log = state.log.lock();
+        log.entries.iter().map(|e| (e.at, e.cost)).collect()
+    }
+
+    #[test]
+    fn admits_limit_per_window_with_half_open_boundary() {
+        let swl = log(3, 100);
+        let state = swl.new_state();
+        for (t, left) in [(10, 2), (20, 1), (30, 0)] {
+            let d = swl.check(&state, t, 1).unwrap();
+            assert!(d.is_allowed());
+            assert_eq!(d.remaining(), left);
+            assert_eq!(d.reset_after_nanos(), 100);
+        }
+        let d = swl.check(&state, 109, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 1); // 10 leaves at 110
+        assert_eq!(d.reset_after_nanos(), 21); // 30 leaves at 130
+        // At exactly 110 the request at 10 is out: (10, 110].
+        let d = swl.check(&state, 110, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(entries(&state), vec![(20, 1), (30, 1), (110, 1)]);
+    }
+
+    #[test]
+    fn costs_and_retry_after_for_a_large_cost() {
+        let swl = log(10, 1_000);
+        let state = swl.new_state();
+        assert!(swl.check(&state, 0, 4).unwrap().is_allowed());
+        assert!(swl.check(&state, 100, 3).unwrap().is_allowed());
+        assert!(swl.check(&state, 200, 2).unwrap().is_allowed());
+        // 9 used: a cost of 6 needs 5 freed: the entries at 0 (4) and 100 (3).
+        let d = swl.check(&state, 300, 6).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.remaining(), 1);
+        assert_eq!(d.retry_after_nanos(), 800);
+        assert_eq!(d.reset_after_nanos(), 900);
+        assert!(!swl.check(&state, 1_099, 6).unwrap().is_allowed());
+        assert!(swl.check(&state, 1_100, 6).unwrap().is_allowed());
+        assert_eq!(
+            swl.check(&state, 0, 11),
+            Err(CheckError::CostExceedsCapacity {
+                cost: 11,
+                capacity: 10
+            })
+        );
+    }
+
+    #[test]
+    fn same_time_admissions_share_an_entry_and_cost_zero_records_nothing() {
+        let swl = log(5, 50);
+        let state = swl.new_state();
+        let d = swl.check(&state, 7, 0).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!((d.remaining(), d.reset_after_nanos()), (5, 0));
+        assert!(entries(&state).is_empty());
+        assert!(swl.is_idle(&state, 7));
+        for _ in 0..3 {
+            assert!(swl.check(&state, 7, 1).unwrap().is_allowed());
+        }
+        assert_eq!(entries(&state), vec![(7, 3)]);
+        let d = swl.check(&state, 8, 0).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!((d.remaining(), d.reset_after_nanos()), (2, 49));
+    }
+
+    #[test]
+    fn time_going_back_counts_as_no_time_elapsed() {
+        let swl = log(2, 100);
+        let state = swl.new_state();
+        assert!(swl.check(&state, 1_000, 1).unwrap().is_allowed());
+        // An earlier reading is recorded at 1 000, not at 900.
+        let d = swl.check(&state, 900, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), 200);
+        assert_eq!(entries(&state), vec![(1_000, 2)]);
+        let d = swl.check(&state, 950, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 150);
+        assert!(!swl.check(&state, 1_099, 1).unwrap().is_allowed());
+        assert!(swl.check(&state, 1_100, 2).unwrap().is_allowed());
+        // A check at 1 300 drops the entries expired then; a reading back
+        // at 1 150 counts as 1 300, so it cannot see (1 050, 1 150] again
+        // with the admission at 1 100 gone from the log.
+        assert!(swl.check(&state, 1_300, 0).unwrap().is_allowed());
+        assert!(entries(&state).is_empty());
+        let d = swl.check(&state, 1_150, 2).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), 250);
+        assert_eq!(entries(&state), vec![(1_300, 2)]);
+        assert!(!swl.is_idle(&state, 1_150));
+        assert!(swl.is_idle(&state, 1_400));
+        // A peek is read-only: it does not move the log's clock.
+        assert!(swl.peek(&state, 5_000, 2).unwrap().is_allowed());
+        assert!(!swl.check(&state, 1_350, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn ring_grows_lazily_and_never_past_limit() {
+        let swl = log(6, 1_000);
+        let state = swl.new_state();
+        assert_eq!(state.log.lock().entries.capacity(), 0);
+        for t in 0..6 {
+            assert!(swl.check(&state, t, 1).unwrap().is_allowed());
+            let cap = state.log.lock().entries.capacity();
+            assert!(cap <= 6, "capacity {cap} after {} entries", t + 1);
+        }
+        assert!(!swl.check(&state, 6, 1).unwrap().is_allowed());
+        // Steady traffic reuses the ring.
+        for t in 1_000..1_100 {
+            swl.check(&state, t, 1).unwrap();
+            assert!(state.log.lock().entries.capacity() <= 6);
+        }
+    }
+
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn documented_sizes() {
+        assert_eq!(size_of::<WindowLog>(), 56);
+        assert_eq!(size_of::<Entry>(), 16);
+    }
+
+    #[test]
+    fn extreme_times_saturate() {
+        let swl = log(1, 1 << 40);
+        let state = swl.new_state();
+        let late = u64::MAX - 5;
+        let d = swl.check(&state, late, 1).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), 1 << 40);
+        let d = swl.check(&state, u64::MAX, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), (1 << 40) - 5);
+        let long = log(1, u64::MAX);
+        let state = long.new_state();
+        assert!(long.check(&state, u64::MAX, 1).unwrap().is_allowed());
+        let d = long.check(&state, 0, 1).unwrap();
+        assert_eq!(d.retry_after_nanos(), u64::MAX);
+        assert!(!swl.is_idle(&state, u64::MAX));
+    }
+}

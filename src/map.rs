@@ -1,0 +1,127 @@
+//! The keyed limiter's map: `dashmap` normally; under `--cfg rategate_loom`
+//! a loom `RwLock` around a `HashMap`, so the loom models check the keyed
+//! limiter's insert / check / sweep races with the same locking discipline
+//! (read lock to decide on a known key, write lock to insert or sweep).
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+#[cfg(not(rategate_loom))]
+pub(crate) struct KeyMap<K, V, S> {
+    map: dashmap::DashMap<K, V, S>,
+}
+
+#[cfg(not(rategate_loom))]
+impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
+    pub(crate) fn new(hasher: S, shards: Option<usize>) -> Self {
+        let map = match shards {
+            Some(shards) => dashmap::DashMap::with_hasher_and_shard_amount(hasher, shards),
+            None => dashmap::DashMap::with_hasher(hasher),
+        };
+        KeyMap { map }
+    }
+
+    /// Runs `f` on the key's value under its shard's read lock.
+    #[inline]
+    pub(crate) fn with<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.get(key).map(|value| f(&value))
+    }
+
+    /// Runs `f` on the key's value under its shard's write lock, inserting
+    /// `make()` first if the key is absent; `f` learns whether it inserted.
+    pub(crate) fn with_or_insert<R>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V, bool) -> R,
+    ) -> R {
+        match self.map.entry(key) {
+            dashmap::Entry::Occupied(entry) => f(entry.get(), false),
+            dashmap::Entry::Vacant(entry) => f(&entry.insert(make()), true),
+        }
+    }
+
+    /// Keeps the values `keep` approves, visiting each shard under its write
+    /// lock.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+        self.map.retain(|_, value| keep(value));
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.remove(key).is_some()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn shrink_to_fit(&self) {
+        self.map.shrink_to_fit();
+    }
+}
+
+#[cfg(rategate_loom)]
+pub(crate) struct KeyMap<K, V, S> {
+    map: loom::sync::RwLock<std::collections::HashMap<K, V, S>>,
+}
+
+#[cfg(rategate_loom)]
+impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
+    pub(crate) fn new(hasher: S, _shards: Option<usize>) -> Self {
+        KeyMap {
+            map: loom::sync::RwLock::new(std::collections::HashMap::with_hasher(hasher)),
+        }
+    }
+
+    pub(crate) fn with<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.get(key).map(f)
+    }
+
+    pub(crate) fn with_or_insert<R>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V, bool) -> R,
+    ) -> R {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let mut inserted = false;
+        let value = map.entry(key).or_insert_with(|| {
+            inserted = true;
+            make()
+        });
+        f(value, inserted)
+    }
+
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, value| keep(value));
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        map.remove(key).is_some()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub(crate) fn shrink_to_fit(&self) {}
+}
