@@ -1,5 +1,467 @@
-//! Placeholder, replaced by the real algorithm.
+//! Sliding window counter on one `AtomicU64`: Cloudflare's approximation of
+//! a sliding window from two fixed-window counts.
+//!
+//! The algorithm is the one Cloudflare describes in "How we built rate
+//! limiting capable of scaling to millions of domains" (2017). Time is cut
+//! into windows of one period aligned to the clock's origin; each key keeps
+//! the count of the current window and of the one before. At a time
+//! `elapsed` into the current window, the requests of the last period are
+//! estimated by assuming the previous window's requests were spread evenly
+//! over it:
+//!
+//! ```text
+//! estimate = previous x (period - elapsed) / period + current
+//! ```
+//!
+//! and a request of `cost` passes if `estimate + cost <= limit`. Cloudflare
+//! measured 0.003% of 400 million requests wrongly allowed or limited
+//! against an exact sliding window; `examples/accuracy.rs` repeats the
+//! measurement on a bursty synthetic trace.
 
-/// Placeholder.
-#[derive(Debug)]
-pub struct SlidingWindowCounter;
+use super::fixed_window::{WindowTag, bits_for};
+use super::{Algorithm, check_cost};
+use crate::sync::{AtomicU64, Ordering};
+use crate::{CheckError, Decision, Quota, QuotaError};
+
+/// The largest limit the state's packing supports: both counts take
+/// `bits(limit)` bits, at most 20, which leaves at least 24 bits for the
+/// window index.
+const MAX_LIMIT: u32 = (1 << 20) - 1;
+
+/// Sliding window counter (Cloudflare): at most `limit` requests in any
+/// period, estimated from the counts of the current and the previous window.
+///
+/// # Rounding
+///
+/// The weighted previous count is rounded **up**. A request passes if
+///
+/// ```text
+/// ceil(previous x (period - elapsed) / period) + current + cost <= limit
+/// ```
+///
+/// Because `current + cost` and `limit` are whole numbers, this is exactly
+/// the real-valued test `previous x (period - elapsed) / period + current +
+/// cost <= limit`: rounding up loses nothing, whereas rounding down would
+/// admit a request whenever the estimate exceeded the limit by less than
+/// one. `remaining` is `limit` minus the rounded estimate after the request
+/// (`elapsed` is in nanoseconds, so the maths is exact in `u128`).
+///
+/// # Decisions
+///
+/// * `reset_after`: until both counts have lost all influence, the end of
+///   the next window when the current count is non-zero, else the end of
+///   the current window when the previous one is, else zero.
+/// * `retry_after` on a denial: the earliest time at which the same cost
+///   would pass if nothing else arrived. Exact: the weighted previous count
+///   shrinks as the window goes on, so the answer may lie later in the
+///   current window, in the next one (where the current count becomes the
+///   previous), or at the start of the one after.
+/// * The quota's burst is ignored: the limit is also the capacity.
+/// * A clock that steps back before the start of the stored window counts
+///   as the start of that window: no time has elapsed.
+///
+/// # State and its limits
+///
+/// One `AtomicU64` per key, `window_tag << 2b | current << b | previous`
+/// with `b = bits(limit)`, updated by compare-exchange; 0 for a key never
+/// seen. Denials, and admissions of cost 0, write nothing. Limits above
+/// 2^20 - 1 = 1,048,575 are refused with [`QuotaError::LimitTooLarge`].
+///
+/// The window index keeps the `64 - 2b` bits left (at least 24) and is
+/// decoded as the window nearest to the current one, which is exact for any
+/// state untouched for less than `2^(63 - 2b)` windows: at least 2^23
+/// windows (97 days of one-second windows), at least 2^31 windows for limits
+/// below 65,536, and always exact when every reachable window fits. Beyond
+/// that horizon old counts may be decoded as current or later ones and deny
+/// requests that should pass, never admit more; only a clock stepping back
+/// by more than the horizon could forget counts early.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{ManualClock, Quota, RateLimiter, SlidingWindowCounter};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let quota = Quota::per_minute(100)?;
+/// let limiter = RateLimiter::<SlidingWindowCounter, _>::with_clock(quota, clock.clone())?;
+/// assert!(limiter.check_n(60)?.is_allowed());
+/// // 15 s into the next minute the 60 still weigh 60 x 45/60 = 45.
+/// clock.advance(Duration::from_secs(75));
+/// let d = limiter.peek();
+/// assert_eq!(d.remaining(), 54);
+/// assert!(limiter.check_n(55)?.is_allowed());
+/// assert!(!limiter.check().is_allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindowCounter {
+    /// Requests per period, 1 to `MAX_LIMIT`; also the capacity.
+    limit: u32,
+    /// Window length in nanoseconds, at least `limit`.
+    period: u64,
+    /// `b = bits(limit)`, 1 to 20: the width of each count. The previous
+    /// window's count is in bits `0..b`, the current one in `b..2b`.
+    count_bits: u32,
+    /// The current window's index, truncated, in bits `2b..64`.
+    tag: WindowTag,
+}
+
+/// A decoded state: the window it describes and its two counts.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    window: u64,
+    current: u64,
+    previous: u64,
+}
+
+impl SlidingWindowCounter {
+    fn unpack(&self, word: u64) -> (u64, u64, u64) {
+        let b = self.count_bits;
+        let mask = (1u64 << b) - 1;
+        (word >> (2 * b), (word >> b) & mask, word & mask)
+    }
+
+    fn pack(&self, counts: Counts) -> u64 {
+        let b = self.count_bits;
+        (self.tag.tag(counts.window) << (2 * b)) | (counts.current << b) | counts.previous
+    }
+
+    /// The counts as seen from window `now_window`.
+    fn counts_at(&self, word: u64, now_window: u64) -> Counts {
+        let (tag, current, previous) = self.unpack(word);
+        let fresh = Counts {
+            window: now_window,
+            current: 0,
+            previous: 0,
+        };
+        if current == 0 && previous == 0 {
+            return fresh;
+        }
+        let stored = self.tag.untag(tag, now_window);
+        if stored >= now_window {
+            // The same window, or a clock that stepped back: stay in it.
+            Counts {
+                window: stored,
+                current,
+                previous,
+            }
+        } else if stored + 1 == now_window {
+            Counts {
+                window: now_window,
+                current: 0,
+                previous: current,
+            }
+        } else {
+            fresh
+        }
+    }
+
+    /// `ceil(previous x (period - elapsed) / period)`, for `elapsed < period`.
+    #[inline]
+    fn weighted(&self, previous: u64, elapsed: u64) -> u64 {
+        let period = u128::from(self.period);
+        let weight = u128::from(previous) * (period - u128::from(elapsed));
+        // At most `previous`, a u64.
+        weight.div_ceil(period) as u64
+    }
+
+    /// The pure decision core: given the stored word, decide a request of
+    /// `cost` (at most the limit) at `now`. Returns the decision and, when a
+    /// request of non-zero cost is admitted, the word to store.
+    #[inline]
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        let counts = self.counts_at(word, now / self.period);
+        let (period, limit) = (u128::from(self.period), u64::from(self.limit));
+        // The window's start fits: window <= u64::MAX / period.
+        let start = counts.window * self.period;
+        // A `now` before the stored window counts as its start.
+        let elapsed = now.saturating_sub(start);
+        let Counts {
+            current, previous, ..
+        } = counts;
+        let estimate = self.weighted(previous, elapsed) + current;
+        let cost = u64::from(cost);
+        // Times in u128: windows may end past u64::MAX. A duration beyond
+        // u64 nanoseconds (periods over 2^63 ns) saturates.
+        let until = |t: u128| u64::try_from(t - u128::from(now)).unwrap_or(u64::MAX);
+        let reset_at = |current: u64, previous: u64| {
+            let start = u128::from(start);
+            match (current, previous) {
+                (0, 0) => None,
+                (0, _) => Some(start + period),
+                _ => Some(start + 2 * period),
+            }
+        };
+        if estimate + cost <= limit {
+            let after = Counts {
+                current: current + cost,
+                ..counts
+            };
+            let reset_after = reset_at(after.current, previous).map_or(0, until);
+            // estimate + cost <= limit, a u32.
+            let remaining = (limit - estimate - cost) as u32;
+            let decision = Decision::allow(self.limit, remaining, reset_after);
+            (decision, (cost > 0).then(|| self.pack(after)))
+        } else {
+            let remaining = limit.saturating_sub(estimate) as u32;
+            let reset_after = reset_at(current, previous).map_or(0, until);
+            let retry_at = self.retry_at(counts, u128::from(start), cost);
+            let decision = Decision::deny(self.limit, remaining, reset_after, until(retry_at));
+            (decision, None)
+        }
+    }
+
+    /// The earliest time at which a request of `cost` passes if nothing else
+    /// arrives, given counts that deny it at their window's `start +
+    /// elapsed`.
+    fn retry_at(&self, counts: Counts, start: u128, cost: u64) -> u128 {
+        let period = u128::from(self.period);
+        let limit = u128::from(self.limit);
+        let (current, previous, cost) = (
+            u128::from(counts.current),
+            u128::from(counts.previous),
+            u128::from(cost),
+        );
+        // Later in this window: ceil(previous x (period - e) / period) <= room
+        // holds iff previous x (period - e) <= room x period, that is
+        // e >= period - floor(room x period / previous).
+        if let Some(room) = limit.checked_sub(current + cost) {
+            // `previous` is not 0: with room, only it can cause the denial.
+            if let Some(shrink) = (room * period).checked_div(previous) {
+                let shrink = shrink.min(period);
+                if shrink > 0 {
+                    return start + period - shrink;
+                }
+            }
+        }
+        // In the next window `current` becomes the previous count, and the
+        // same rule applies with room = limit - cost (cost <= limit). With
+        // no room at all the count must leave entirely, at the window after.
+        let room = limit - cost;
+        let wait = if current <= room {
+            0
+        } else {
+            period - (room * period / current).min(period)
+        };
+        start + period + wait
+    }
+}
+
+impl Algorithm for SlidingWindowCounter {
+    /// `window_tag << 2b | current << b | previous`; 0: never seen.
+    type State = AtomicU64;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        let limit = quota.limit();
+        if limit > MAX_LIMIT {
+            return Err(QuotaError::LimitTooLarge {
+                limit: limit.into(),
+                max: MAX_LIMIT.into(),
+            });
+        }
+        let period = quota.period_nanos();
+        let count_bits = bits_for(limit);
+        Ok(SlidingWindowCounter {
+            limit,
+            period,
+            count_bits,
+            tag: WindowTag::new(u64::BITS - 2 * count_bits, period),
+        })
+    }
+
+    fn new_state(&self) -> AtomicU64 {
+        AtomicU64::new(0)
+    }
+
+    #[inline]
+    fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.limit)?;
+        // Relaxed throughout: the word is self-contained and publishes no
+        // other memory. The compare-exchange makes read-decide-write atomic
+        // (a concurrent update, rollover included, makes it fail and we
+        // decide again on the value it observed), and all operations on one
+        // atomic follow its single modification order, so no admission is
+        // lost or counted twice.
+        let mut word = state.load(Ordering::Relaxed);
+        loop {
+            let (decision, new_word) = self.decide(word, now, cost);
+            let Some(new_word) = new_word else {
+                return Ok(decision);
+            };
+            match state.compare_exchange_weak(word, new_word, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(decision),
+                Err(observed) => word = observed,
+            }
+        }
+    }
+
+    #[inline]
+    fn peek(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        check_cost(cost, self.limit)?;
+        // Relaxed: see `check`.
+        Ok(self.decide(state.load(Ordering::Relaxed), now, cost).0)
+    }
+
+    #[inline]
+    fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
+        // Relaxed: see `check`. Callers that drop the key hold a lock that
+        // excludes concurrent checks of it.
+        let counts = self.counts_at(state.load(Ordering::Relaxed), now / self.period);
+        counts.current == 0 && counts.previous == 0
+    }
+
+    fn capacity(&self) -> u32 {
+        self.limit
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn counter(limit: u32, period: u64) -> SlidingWindowCounter {
+        let quota = Quota::with_period(limit, Duration::from_nanos(period)).unwrap();
+        SlidingWindowCounter::from_quota(&quota).unwrap()
+    }
+
+    #[test]
+    fn refuses_limits_the_packing_cannot_count() {
+        let quota = Quota::per_hour(MAX_LIMIT + 1).unwrap();
+        assert_eq!(
+            SlidingWindowCounter::from_quota(&quota),
+            Err(QuotaError::LimitTooLarge {
+                limit: 1 << 20,
+                max: (1 << 20) - 1
+            })
+        );
+        let top = SlidingWindowCounter::from_quota(&Quota::per_hour(MAX_LIMIT).unwrap()).unwrap();
+        assert_eq!(top.count_bits, 20);
+        let state = top.new_state();
+        assert!(top.check(&state, 1, MAX_LIMIT).unwrap().is_allowed());
+        assert!(!top.check(&state, 2, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn previous_window_weighs_in_linearly_rounded_up() {
+        let sw = counter(10, 100);
+        let state = sw.new_state();
+        assert!(sw.check(&state, 50, 10).unwrap().is_allowed());
+        // Window 1, 30 ns in: ceil(10 x 70 / 100) = 7.
+        let d = sw.peek(&state, 130, 1).unwrap();
+        assert_eq!(d.remaining(), 2);
+        // 65 ns in: 10 x 35 / 100 = 3.5, rounded up to 4.
+        assert_eq!(sw.peek(&state, 165, 1).unwrap().remaining(), 5);
+        assert!(sw.check(&state, 165, 6).unwrap().is_allowed());
+        // Full: 4 + 6. The next unit fits once 10 x (100 - e) <= 300, e = 70.
+        let d = sw.check(&state, 165, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 5);
+        assert!(!sw.check(&state, 169, 1).unwrap().is_allowed());
+        assert!(sw.check(&state, 170, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn retry_after_can_lie_in_the_next_windows() {
+        let sw = counter(10, 100);
+        let state = sw.new_state();
+        assert!(sw.check(&state, 10, 8).unwrap().is_allowed());
+        // Same window, cost 3 needs 11: next window, where 8 x (100 - e)
+        // <= 7 x 100 from e = 13 (8 x 87 = 696).
+        let d = sw.check(&state, 20, 3).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 93);
+        assert_eq!(d.reset_after_nanos(), 180);
+        assert!(!sw.check(&state, 112, 3).unwrap().is_allowed());
+        assert!(sw.check(&state, 113, 3).unwrap().is_allowed());
+        // Cost 10 needs every count gone: the start of window 3.
+        let d = sw.check(&state, 150, 10).unwrap();
+        assert_eq!(d.retry_after_nanos(), 150);
+        assert_eq!(d.reset_after_nanos(), 150);
+        assert!(sw.check(&state, 300, 10).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn rollover_and_idleness() {
+        let sw = counter(4, 10);
+        let state = sw.new_state();
+        assert!(sw.is_idle(&state, 0));
+        let d = sw.check(&state, 5, 1).unwrap();
+        assert_eq!(d.reset_after_nanos(), 15);
+        assert!(!sw.is_idle(&state, 19));
+        assert!(sw.is_idle(&state, 20));
+        // Cost 0 passes and writes nothing.
+        let d = sw.check(&state, 12, 0).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), 8);
+        // Two windows on, both counts are gone.
+        let d = sw.check(&state, 25, 4).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+    }
+
+    #[test]
+    fn clock_stepping_back_counts_as_the_windows_start() {
+        let sw = counter(10, 100);
+        let state = sw.new_state();
+        assert!(sw.check(&state, 50, 10).unwrap().is_allowed());
+        assert!(sw.check(&state, 190, 9).unwrap().is_allowed());
+        // Back to window 0: seen as time 100, where the previous 10 weigh 10.
+        let d = sw.check(&state, 60, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        assert!(!sw.is_idle(&state, 60));
+        // Back within window 1: the previous count weighs more again.
+        assert!(!sw.check(&state, 150, 1).unwrap().is_allowed());
+        assert!(sw.check(&state, 200, 1).unwrap().is_allowed());
+    }
+
+    #[test]
+    fn window_tag_wrap_only_ever_denies() {
+        // The largest limit leaves 24 tag bits; windows of 2^20 - 1 ns.
+        let sw = counter(MAX_LIMIT, u64::from(MAX_LIMIT));
+        let p = u64::from(MAX_LIMIT);
+        let state = sw.new_state();
+        assert!(sw.check(&state, 0, MAX_LIMIT).unwrap().is_allowed());
+        // Within 2^23 windows the tag decodes exactly: long over.
+        assert!(sw.is_idle(&state, 5 * p));
+        assert!(
+            sw.peek(&state, (1 << 23) * p, MAX_LIMIT)
+                .unwrap()
+                .is_allowed()
+        );
+        // 2^24 windows on, the tag repeats: the stale count reads as
+        // current and denies, never the other way round.
+        let d = sw.peek(&state, (1 << 24) * p, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert!(!sw.is_idle(&state, (1 << 24) * p));
+    }
+
+    #[test]
+    fn end_of_the_clock() {
+        let sw = counter(2, 10);
+        let state = sw.new_state();
+        // The last window starts at u64::MAX - 5 and ends past the clock.
+        let d = sw.check(&state, u64::MAX, 2).unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), 15);
+        // Next window: 2 x (10 - e) <= 1 x 10 from e = 5.
+        let d = sw.check(&state, u64::MAX, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 10);
+        // Durations beyond u64 nanoseconds saturate.
+        let huge = SlidingWindowCounter::from_quota(
+            &Quota::with_period(1, Duration::from_nanos(u64::MAX)).unwrap(),
+        )
+        .unwrap();
+        let state = huge.new_state();
+        assert!(huge.check(&state, 7, 1).unwrap().is_allowed());
+        let d = huge.check(&state, 7, 1).unwrap();
+        assert_eq!(
+            (d.reset_after_nanos(), d.retry_after_nanos()),
+            (u64::MAX, u64::MAX)
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! `FixedWindow` against a sequential reference model, through the direct
+//! and the keyed limiters on a `ManualClock`; concurrency; the textbook
+//! boundary burst.
+//!
+//! The model is written from the definition, not from the crate's code: a
+//! `HashMap` from window index to admitted count per key, plus the latest
+//! window that admitted anything (a clock that steps back stays there).
+
+use proptest::prelude::*;
+use rategate::{
+    CheckError, Clock, Decision, FixedWindow, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+/// Every field of a decision.
+type Fields = (bool, u32, u32, u64, u64, u64);
+
+fn fields(d: &Decision) -> Fields {
+    (
+        d.is_allowed(),
+        d.limit(),
+        d.remaining(),
+        d.reset_after_nanos(),
+        d.retry_after_nanos(),
+        d.delay_nanos(),
+    )
+}
+
+#[derive(Debug, Default, Clone)]
+struct KeyModel {
+    /// Window index -> cost admitted in it.
+    counts: HashMap<u64, u64>,
+    /// The latest window that admitted a non-zero cost.
+    last: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Model {
+    limit: u64,
+    period: u64,
+    keys: HashMap<u8, KeyModel>,
+}
+
+impl Model {
+    fn new(limit: u32, period: u64) -> Model {
+        Model {
+            limit: limit.into(),
+            period,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// The window `now` counts in for `key`: never before one that admitted.
+    fn window(&self, key: u8, now: u64) -> u64 {
+        let w = now / self.period;
+        match self.keys.get(&key).and_then(|k| k.last) {
+            Some(last) if last > w => last,
+            _ => w,
+        }
+    }
+
+    fn used(&self, key: u8, window: u64) -> u64 {
+        self.keys
+            .get(&key)
+            .and_then(|k| k.counts.get(&window))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn decide(&mut self, key: u8, now: u64, cost: u32, record: bool) -> Result<Fields, CheckError> {
+        if u64::from(cost) > self.limit {
+            return Err(CheckError::CostExceedsCapacity {
+                cost,
+                capacity: self.limit as u32,
+            });
+        }
+        let w = self.window(key, now);
+        let used = self.used(key, w);
+        let end = (u128::from(w) + 1) * u128::from(self.period);
+        let until_end = u64::try_from(end - u128::from(now)).unwrap_or(u64::MAX);
+        let limit = self.limit as u32;
+        let cost = u64::from(cost);
+        if used + cost <= self.limit {
+            if record && cost > 0 {
+                let k = self.keys.entry(key).or_default();
+                *k.counts.entry(w).or_insert(0) += cost;
+                k.last = Some(w);
+            }
+            let reset = if used + cost > 0 { until_end } else { 0 };
+            Ok((true, limit, (self.limit - used - cost) as u32, reset, 0, 0))
+        } else {
+            Ok((
+                false,
+                limit,
+                (self.limit - used) as u32,
+                until_end,
+                until_end,
+                0,
+            ))
+        }
+    }
+
+    /// Keys with nothing in the window `now` counts in.
+    fn idle_keys(&self, now: u64) -> Vec<u8> {
+        let mut idle: Vec<u8> = self
+            .keys
+            .keys()
+            .copied()
+            .filter(|&k| self.used(k, self.window(k, now)) == 0)
+            .collect();
+        idle.sort_unstable();
+        idle
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Forward by this many nanoseconds.
+    Advance(u64),
+    /// Forward to `k` window edges ahead, plus `offset` (-1, 0, 1).
+    ToEdge(u64, i64),
+    /// Back by this many nanoseconds (saturating at zero).
+    Back(u64),
+    Check(u8, u32),
+    Peek(u8, u32),
+    Sweep,
+}
+
+fn op(limit: u32, period: u64) -> impl Strategy<Value = Op> {
+    let cost = prop_oneof![
+        6 => Just(1u32),
+        1 => Just(0u32),
+        3 => 0..=limit,
+        1 => Just(limit + 1),
+        1 => (limit + 1)..=limit.saturating_add(5),
+    ];
+    let key = 0u8..3;
+    prop_oneof![
+        2 => Just(Op::Advance(0)),
+        3 => (0..=period * 3).prop_map(Op::Advance),
+        3 => (0u64..3, -1i64..=1).prop_map(|(k, o)| Op::ToEdge(k, o)),
+        1 => (0..=period * 2).prop_map(Op::Back),
+        10 => (key.clone(), cost.clone()).prop_map(|(k, c)| Op::Check(k, c)),
+        2 => (key, cost).prop_map(|(k, c)| Op::Peek(k, c)),
+        1 => Just(Op::Sweep),
+    ]
+}
+
+/// A quota, a start time (some near the end of the clock) and operations.
+fn scenario() -> impl Strategy<Value = (u32, u64, u64, Vec<Op>)> {
+    (1u32..=8, prop_oneof![Just(0u64), 1u64..=1000]).prop_flat_map(|(limit, extra)| {
+        let period = u64::from(limit) + extra;
+        let start = prop_oneof![
+            3 => 0..=period * 5,
+            1 => (0..=period * 5).prop_map(|back| u64::MAX - back),
+        ];
+        (
+            Just(limit),
+            Just(period),
+            start,
+            prop::collection::vec(op(limit, period), 1..80),
+        )
+    })
+}
+
+/// Moves the clock as `op` says; false for a non-clock operation.
+fn move_clock(clock: &ManualClock, period: u64, op: &Op) -> bool {
+    let now = clock.now();
+    match *op {
+        Op::Advance(n) => clock.advance_nanos(n),
+        Op::ToEdge(k, offset) => {
+            let edge = (u128::from(now / period) + 1 + u128::from(k)) * u128::from(period);
+            let target = (edge as i128 + i128::from(offset)).max(i128::from(now));
+            clock.set(u64::try_from(target).unwrap_or(u64::MAX));
+        }
+        Op::Back(n) => clock.set(now.saturating_sub(n)),
+        _ => return false,
+    }
+    true
+}
+
+fn quota(limit: u32, period: u64) -> Quota {
+    Quota::with_period(limit, Duration::from_nanos(period)).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn direct_limiter_matches_model((limit, period, start, ops) in scenario()) {
+        let clock = ManualClock::new();
+        clock.set(start);
+        let limiter =
+            RateLimiter::<FixedWindow, _>::with_clock(quota(limit, period), clock.clone()).unwrap();
+        let mut model = Model::new(limit, period);
+        for op in &ops {
+            if move_clock(&clock, period, op) {
+                continue;
+            }
+            let now = clock.now();
+            match *op {
+                Op::Check(_, cost) => {
+                    let got = limiter.check_n(cost).map(|d| fields(&d));
+                    prop_assert_eq!(got, model.decide(0, now, cost, true), "check {} at {}", cost, now);
+                }
+                Op::Peek(_, cost) => {
+                    let got = limiter.peek_n(cost).map(|d| fields(&d));
+                    prop_assert_eq!(got, model.decide(0, now, cost, false), "peek {} at {}", cost, now);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn keyed_limiter_matches_model((limit, period, start, ops) in scenario()) {
+        let clock = ManualClock::new();
+        clock.set(start);
+        let limiter = KeyedRateLimiter::<u8, FixedWindow>::builder(quota(limit, period))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let mut model = Model::new(limit, period);
+        // Keys the limiter holds, as the model sees them.
+        let mut held: Vec<u8> = Vec::new();
+        for op in &ops {
+            if move_clock(&clock, period, op) {
+                continue;
+            }
+            let now = clock.now();
+            match *op {
+                Op::Check(key, cost) => {
+                    let got = limiter.check_n(&key, cost).map(|d| fields(&d));
+                    prop_assert_eq!(got, model.decide(key, now, cost, true), "key {} check {} at {}", key, cost, now);
+                    if u64::from(cost) <= model.limit && !held.contains(&key) {
+                        held.push(key);
+                    }
+                }
+                Op::Peek(key, cost) => {
+                    let got = limiter.peek_n(&key, cost).map(|d| fields(&d));
+                    prop_assert_eq!(got, model.decide(key, now, cost, false), "key {} peek {} at {}", key, cost, now);
+                }
+                Op::Sweep => {
+                    let idle = model.idle_keys(now);
+                    let expected = held.iter().filter(|k| !model.keys.contains_key(k) || idle.contains(k)).count();
+                    prop_assert_eq!(limiter.sweep(), expected, "sweep at {}", now);
+                    // Dropped keys start afresh, in the model too.
+                    held.retain(|k| model.keys.contains_key(k) && !idle.contains(k));
+                    model.keys.retain(|k, _| !idle.contains(k));
+                    prop_assert_eq!(limiter.len(), held.len());
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn model_sanity() {
+    let mut m = Model::new(2, 10);
+    assert_eq!(m.decide(0, 5, 2, true), Ok((true, 2, 0, 5, 0, 0)));
+    assert_eq!(m.decide(0, 9, 1, true), Ok((false, 2, 0, 1, 1, 0)));
+    // Back in window 0 after window 2 admitted: stays in window 2.
+    assert_eq!(m.decide(0, 25, 1, true), Ok((true, 2, 1, 5, 0, 0)));
+    assert_eq!(m.decide(0, 3, 2, true), Ok((false, 2, 1, 27, 27, 0)));
+}
+
+/// The textbook boundary burst: 100 per minute, 100 requests at 59:50 and
+/// 100 at 60:10 (minutes from the origin). The fixed window admits all 200
+/// within 20 seconds, twice the limit.
+#[test]
+fn boundary_burst_admits_twice_the_limit() {
+    let clock = ManualClock::new();
+    let limiter =
+        RateLimiter::<FixedWindow, _>::with_clock(Quota::per_minute(100).unwrap(), clock.clone())
+            .unwrap();
+    clock.set(Duration::from_secs(59 * 60 + 50).as_nanos() as u64);
+    let first = (0..100).filter(|_| limiter.check().is_allowed()).count();
+    assert!(!limiter.check().is_allowed());
+    clock.set(Duration::from_secs(60 * 60 + 10).as_nanos() as u64);
+    let second = (0..100).filter(|_| limiter.check().is_allowed()).count();
+    assert_eq!((first, second), (100, 100));
+    let denied = limiter.check();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Duration::from_secs(50));
+}
+
+const THREADS: usize = 8;
+
+/// Runs `THREADS` threads, each calling `attempt` `per_thread` times at once;
+/// returns the total of what the calls return.
+fn race(per_thread: usize, attempt: impl Fn() -> u64 + Send + Sync + 'static) -> u64 {
+    let attempt = Arc::new(attempt);
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (attempt, barrier) = (Arc::clone(&attempt), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                (0..per_thread).map(|_| attempt()).sum::<u64>()
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+#[test]
+fn threads_racing_on_one_limiter_admit_exactly_the_limit() {
+    for _ in 0..20 {
+        let clock = ManualClock::new();
+        clock.set(1_234_567);
+        let limiter = Arc::new(
+            RateLimiter::<FixedWindow, _>::with_clock(Quota::per_second(1000).unwrap(), clock)
+                .unwrap(),
+        );
+        let l = Arc::clone(&limiter);
+        let admitted = race(400, move || u64::from(l.check().is_allowed()));
+        assert_eq!(admitted, 1000);
+        assert_eq!(limiter.peek().remaining(), 0);
+    }
+}
+
+#[test]
+fn threads_racing_on_one_key_admit_exactly_the_limit() {
+    for _ in 0..20 {
+        let clock = ManualClock::new();
+        clock.set(5_000_000_000);
+        let limiter = Arc::new(
+            KeyedRateLimiter::<String, FixedWindow>::builder(Quota::per_second(1000).unwrap())
+                .clock(clock)
+                .build()
+                .unwrap(),
+        );
+        let l = Arc::clone(&limiter);
+        let admitted = race(400, move || u64::from(l.check("hot").is_allowed()));
+        assert_eq!(admitted, 1000);
+        assert_eq!(limiter.len(), 1);
+    }
+}
+
+#[test]
+fn threads_racing_with_mixed_costs_never_exceed_the_limit() {
+    for round in 0..20u64 {
+        let clock = ManualClock::new();
+        let limiter = Arc::new(
+            RateLimiter::<FixedWindow, _>::with_clock(Quota::per_second(1000).unwrap(), clock)
+                .unwrap(),
+        );
+        let l = Arc::clone(&limiter);
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(round));
+        let admitted = race(300, move || {
+            let cost = 1 + (next.fetch_add(7, std::sync::atomic::Ordering::Relaxed) % 3) as u32;
+            match l.check_n(cost) {
+                Ok(d) if d.is_allowed() => u64::from(cost),
+                _ => 0,
+            }
+        });
+        // Every denial left less than its cost (at most 3) of room.
+        assert!(admitted <= 1000 && admitted > 997, "{admitted}");
+    }
+}
