@@ -1,0 +1,151 @@
+//! Direct (unkeyed) checks on one thread: the allowed and the denied path,
+//! on the default `QuantaClock` and on a `ManualClock`, next to governor's
+//! direct limiter on its default clock with the same quota.
+//!
+//! * `direct_allow`: 1,000 per microsecond (one per nanosecond), never
+//!   exhausted.
+//! * `direct_deny`: one per minute, exhausted by one check before measuring.
+//! * Variant `quanta`: the default clock (a TSC read plus the monotonic
+//!   clamp). Variant `manual`: a `ManualClock`, set before every check (one
+//!   relaxed store; on the allowed path two nanoseconds of simulated time
+//!   per check, or as many more as the algorithm needs to admit every check;
+//!   the same time on the denied path), which isolates the algorithm from
+//!   the clock.
+//! * An allowed-path benchmark whose checks do not all pass when run back
+//!   to back is left out, with a note on stderr: the leaky bucket admits at
+//!   most `burst + 1` requests per millisecond on one key (nginx's
+//!   millisecond drain), far fewer than a tight loop makes.
+
+mod common;
+
+use common::{
+    PerAlgorithm, allow_quota, config, denials, deny_quota, for_each_algorithm,
+    governor_allow_quota, governor_deny_quota, skipped,
+};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
+use rategate::{Algorithm, ManualClock, RateLimiter};
+
+const SANITY_CHECKS: u64 = 100_000;
+
+struct Allow<'a, 'g>(&'a mut BenchmarkGroup<'g, WallTime>);
+
+impl PerAlgorithm for Allow<'_, '_> {
+    fn run<A: Algorithm>(&mut self, name: &'static str) {
+        let quota = allow_quota::<A>();
+
+        let limiter = RateLimiter::<A>::new(quota).unwrap();
+        let denied = denials(SANITY_CHECKS, || limiter.check().is_allowed());
+        if denied == 0 {
+            self.0
+                .bench_function(BenchmarkId::new(name, "quanta"), |b| {
+                    b.iter(|| limiter.check())
+                });
+        } else {
+            skipped(
+                &format!("direct_allow/{name}/quanta"),
+                &format!(
+                    "back-to-back checks leave the allowed path \
+                     ({denied} of {SANITY_CHECKS} denied)"
+                ),
+            );
+        }
+
+        // The simulated time per check: twice the emission interval, or ten
+        // times more until nothing is denied (the leaky bucket drains in
+        // whole milliseconds).
+        let clock = ManualClock::new();
+        let mut step = 2 * quota.emission_interval_nanos();
+        let limiter = loop {
+            assert!(
+                step < 1_000_000_000,
+                "{name}: no step keeps to the allowed path"
+            );
+            clock.set(0);
+            let limiter = RateLimiter::<A, _>::with_clock(quota, clock.clone()).unwrap();
+            let mut now = 0;
+            let denied = denials(SANITY_CHECKS, || {
+                now += step;
+                clock.set(now);
+                limiter.check().is_allowed()
+            });
+            if denied == 0 {
+                break limiter;
+            }
+            step *= 10;
+        };
+        if step != 2 * quota.emission_interval_nanos() {
+            eprintln!("note: direct_allow/{name}/manual: {step} ns per check");
+        }
+        let mut now = clock.now();
+        self.0
+            .bench_function(BenchmarkId::new(name, "manual"), |b| {
+                b.iter(|| {
+                    now += step;
+                    clock.set(now);
+                    limiter.check()
+                })
+            });
+    }
+}
+
+struct Deny<'a, 'g>(&'a mut BenchmarkGroup<'g, WallTime>);
+
+impl PerAlgorithm for Deny<'_, '_> {
+    fn run<A: Algorithm>(&mut self, name: &'static str) {
+        let limiter = RateLimiter::<A>::new(deny_quota()).unwrap();
+        assert!(limiter.check().is_allowed());
+        assert!(!limiter.check().is_allowed(), "{name}: not exhausted");
+        self.0
+            .bench_function(BenchmarkId::new(name, "quanta"), |b| {
+                b.iter(|| limiter.check())
+            });
+        assert!(!limiter.check().is_allowed());
+
+        let clock = ManualClock::new();
+        clock.set(1_000);
+        let limiter = RateLimiter::<A, _>::with_clock(deny_quota(), clock.clone()).unwrap();
+        assert!(limiter.check().is_allowed());
+        assert!(!limiter.check().is_allowed(), "{name}: not exhausted");
+        self.0
+            .bench_function(BenchmarkId::new(name, "manual"), |b| {
+                b.iter(|| {
+                    clock.set(1_000);
+                    limiter.check()
+                })
+            });
+    }
+}
+
+fn direct_allow(c: &mut Criterion) {
+    let mut group = c.benchmark_group("direct_allow");
+    for_each_algorithm(&mut Allow(&mut group));
+
+    let governor = governor::RateLimiter::direct(governor_allow_quota());
+    let denied = denials(SANITY_CHECKS, || governor.check().is_ok());
+    assert_eq!(denied, 0, "governor: allowed path denied");
+    group.bench_function(BenchmarkId::new("governor", "quanta"), |b| {
+        b.iter(|| governor.check())
+    });
+    group.finish();
+}
+
+fn direct_deny(c: &mut Criterion) {
+    let mut group = c.benchmark_group("direct_deny");
+    for_each_algorithm(&mut Deny(&mut group));
+
+    let governor = governor::RateLimiter::direct(governor_deny_quota());
+    assert!(governor.check().is_ok());
+    assert!(governor.check().is_err(), "governor: not exhausted");
+    group.bench_function(BenchmarkId::new("governor", "quanta"), |b| {
+        b.iter(|| governor.check())
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = direct_allow, direct_deny
+}
+criterion_main!(benches);

@@ -1,0 +1,109 @@
+//! Keyed checks on one thread, next to governor's `DefaultKeyedRateLimiter`
+//! (a `DashMap`) with the same quota.
+//!
+//! * `keyed_hit`: checks of keys already in the map, 1,000 or 1,000,000
+//!   live `u64` keys, each check's key drawn by a cheap PRNG (so successive
+//!   checks touch different shards and cache lines; at 1M keys most miss
+//!   the cache). Allowed path (one request per nanosecond per key).
+//! * `keyed_insert`: the first check of a new key, into a map that starts
+//!   empty each sample (so the cost includes the map's amortised growth).
+//!
+//! Both limiters hash with the standard library's `RandomState` (SipHash-1-3)
+//! by default, and both use `DashMap`'s default shard count (4 per CPU,
+//! rounded up to a power of two): the comparison is like for like.
+
+mod common;
+
+use common::{KeyRng, PerAlgorithm, allow_quota, config, for_each_algorithm, governor_allow_quota};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
+use rategate::{Algorithm, KeyedRateLimiter};
+use std::hint::black_box;
+use std::time::Instant;
+
+const SIZES: [(u64, &str); 2] = [(1_000, "1k_keys"), (1_000_000, "1M_keys")];
+
+struct Hits<'a, 'g>(&'a mut BenchmarkGroup<'g, WallTime>);
+
+impl PerAlgorithm for Hits<'_, '_> {
+    fn run<A: Algorithm>(&mut self, name: &'static str) {
+        for (keys, label) in SIZES {
+            let limiter = KeyedRateLimiter::<u64, A>::new(allow_quota::<A>()).unwrap();
+            for key in 0..keys {
+                assert!(limiter.check(&key).is_allowed());
+            }
+            assert_eq!(limiter.len() as u64, keys);
+            let mut rng = KeyRng::new(0x5eed);
+            self.0.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter(|| limiter.check(&rng.below(keys)))
+            });
+            assert_eq!(limiter.len() as u64, keys, "{name}: a hit inserted a key");
+        }
+    }
+}
+
+struct Insert<'a, 'g>(&'a mut BenchmarkGroup<'g, WallTime>);
+
+impl PerAlgorithm for Insert<'_, '_> {
+    fn run<A: Algorithm>(&mut self, name: &'static str) {
+        let quota = allow_quota::<A>();
+        self.0
+            .bench_function(BenchmarkId::new(name, "new_key"), |b| {
+                b.iter_custom(|iters| {
+                    let limiter = KeyedRateLimiter::<u64, A>::new(quota).unwrap();
+                    let start = Instant::now();
+                    for key in 0..iters {
+                        black_box(limiter.check(&key));
+                    }
+                    let elapsed = start.elapsed();
+                    assert_eq!(limiter.len() as u64, iters);
+                    elapsed // the limiter is dropped outside the timing
+                })
+            });
+    }
+}
+
+fn keyed_hit(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_hit");
+    for_each_algorithm(&mut Hits(&mut group));
+
+    for (keys, label) in SIZES {
+        let governor = governor::RateLimiter::keyed(governor_allow_quota());
+        for key in 0..keys {
+            assert!(governor.check_key(&key).is_ok());
+        }
+        assert_eq!(governor.len() as u64, keys);
+        let mut rng = KeyRng::new(0x5eed);
+        group.bench_function(BenchmarkId::new("governor", label), |b| {
+            b.iter(|| governor.check_key(&rng.below(keys)))
+        });
+    }
+    group.finish();
+}
+
+fn keyed_insert(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_insert");
+    for_each_algorithm(&mut Insert(&mut group));
+
+    let quota = governor_allow_quota();
+    group.bench_function(BenchmarkId::new("governor", "new_key"), |b| {
+        b.iter_custom(|iters| {
+            let governor = governor::RateLimiter::keyed(quota);
+            let start = Instant::now();
+            for key in 0..iters {
+                let _ = black_box(governor.check_key(&key));
+            }
+            let elapsed = start.elapsed();
+            assert_eq!(governor.len() as u64, iters);
+            elapsed
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = keyed_hit, keyed_insert
+}
+criterion_main!(benches);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the criterion suites (benches/{direct,keyed,contention,clock}.rs) and
+# prints a markdown table: each rategate benchmark, its median time, the
+# median of governor's benchmark in the same group and variant, and the ratio
+# (rategate / governor: below 1 means rategate is faster).
+#
+# Usage:
+#   scripts/bench-table.sh                 # run all suites, print the table
+#   scripts/bench-table.sh --no-run        # table from the last results only
+#   scripts/bench-table.sh [criterion args] # e.g. --measurement-time 5
+#   BENCHES="direct clock" scripts/bench-table.sh
+#
+# Results are read from target/criterion/<group>/<function>/<variant>/new/
+# {benchmark,estimates}.json. After a run, only results written by that run
+# are shown. Needs cargo and python3.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+benches=${BENCHES:-"direct keyed contention clock"}
+criterion_dir=${CARGO_TARGET_DIR:-target}/criterion
+
+since=0
+if [[ "${1:-}" == "--no-run" ]]; then
+    shift
+else
+    since=$(date +%s)
+    for bench in $benches; do
+        echo "== cargo bench --bench $bench" >&2
+        cargo bench --bench "$bench" -- "$@" >&2
+    done
+fi
+
+python3 - "$criterion_dir" "$since" <<'PY'
+import json, os, sys
+
+root, since = sys.argv[1], float(sys.argv[2])
+GROUP_ORDER = ["direct_allow", "direct_deny", "keyed_hit", "keyed_insert",
+               "contended_2_threads", "clock_now", "clock_now_2_threads"]
+
+results = {}  # (group, function, variant) -> median ns
+for dirpath, _, files in os.walk(root):
+    if os.path.basename(dirpath) != "new" or "estimates.json" not in files:
+        continue
+    estimates = os.path.join(dirpath, "estimates.json")
+    if os.path.getmtime(estimates) < since:
+        continue
+    with open(os.path.join(dirpath, "benchmark.json")) as f:
+        meta = json.load(f)
+    with open(estimates) as f:
+        median = json.load(f)["median"]["point_estimate"]
+    key = (meta["group_id"], meta.get("function_id") or "", meta.get("value_str") or "")
+    results[key] = median
+
+def fmt(ns):
+    if ns is None:
+        return "-"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.1f} ns"
+
+def order(key):
+    group, function, variant = key
+    g = GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
+    return (g, group, variant, function)
+
+print("| benchmark | rategate median | governor median | ratio (rategate/governor) |")
+print("|---|---:|---:|---:|")
+for key in sorted(results, key=order):
+    group, function, variant = key
+    if function == "governor":
+        continue
+    ours = results[key]
+    theirs = results.get((group, "governor", variant))
+    ratio = f"{ours / theirs:.2f}" if theirs else "-"
+    print(f"| {group}/{function}/{variant} | {fmt(ours)} | {fmt(theirs)} | {ratio} |")
+PY
