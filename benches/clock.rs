@@ -7,7 +7,7 @@
 //!   governor's `QuantaClock::now`; rategate's `StdClock::now`,
 //!   `std::time::Instant::now()`, governor's `MonotonicClock::now`.
 //! * `clock_now_2_threads`: two threads reading one clock (clones share the
-//!   high-water mark), time per read as each thread sees it.
+//!   high-water mark); aggregate time per read (each thread sees twice it).
 //!
 //! Governor's rows pair with rategate's by variant (`quanta`, `std`).
 

@@ -4,7 +4,8 @@
 //! * `keyed_hit`: checks of keys already in the map, 1,000 or 1,000,000
 //!   live `u64` keys, each check's key drawn by a cheap PRNG (so successive
 //!   checks touch different shards and cache lines; at 1M keys most miss
-//!   the cache). Allowed path (one request per nanosecond per key).
+//!   the cache). Allowed path (one request per nanosecond per key); a
+//!   benchmark whose trial run is denied is left out with a note.
 //! * `keyed_insert`: the first check of a new key, into a map that starts
 //!   empty each sample (so the cost includes the map's amortised growth).
 //!
@@ -14,13 +15,17 @@
 
 mod common;
 
-use common::{KeyRng, PerAlgorithm, allow_quota, config, for_each_algorithm, governor_allow_quota};
+use common::{
+    KeyRng, PerAlgorithm, allow_quota, config, denials, for_each_algorithm, governor_allow_quota,
+    on_allowed_path,
+};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use rategate::{Algorithm, KeyedRateLimiter};
 use std::hint::black_box;
 use std::time::Instant;
 
+const TRIAL_CHECKS: u64 = 100_000;
 const SIZES: [(u64, &str); 2] = [(1_000, "1k_keys"), (1_000_000, "1M_keys")];
 
 struct Hits<'a, 'g>(&'a mut BenchmarkGroup<'g, WallTime>);
@@ -34,9 +39,15 @@ impl PerAlgorithm for Hits<'_, '_> {
             }
             assert_eq!(limiter.len() as u64, keys);
             let mut rng = KeyRng::new(0x5eed);
-            self.0.bench_function(BenchmarkId::new(name, label), |b| {
-                b.iter(|| limiter.check(&rng.below(keys)))
+            let denied = denials(TRIAL_CHECKS, || {
+                limiter.check(&rng.below(keys)).is_allowed()
             });
+            let id = format!("keyed_hit/{name}/{label}");
+            if on_allowed_path(&id, denied, TRIAL_CHECKS) {
+                self.0.bench_function(BenchmarkId::new(name, label), |b| {
+                    b.iter(|| limiter.check(&rng.below(keys)))
+                });
+            }
             assert_eq!(limiter.len() as u64, keys, "{name}: a hit inserted a key");
         }
     }
@@ -74,9 +85,14 @@ fn keyed_hit(c: &mut Criterion) {
         }
         assert_eq!(governor.len() as u64, keys);
         let mut rng = KeyRng::new(0x5eed);
-        group.bench_function(BenchmarkId::new("governor", label), |b| {
-            b.iter(|| governor.check_key(&rng.below(keys)))
+        let denied = denials(TRIAL_CHECKS, || {
+            governor.check_key(&rng.below(keys)).is_ok()
         });
+        if on_allowed_path(&format!("keyed_hit/governor/{label}"), denied, TRIAL_CHECKS) {
+            group.bench_function(BenchmarkId::new("governor", label), |b| {
+                b.iter(|| governor.check_key(&rng.below(keys)))
+            });
+        }
     }
     group.finish();
 }

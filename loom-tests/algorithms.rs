@@ -161,3 +161,45 @@ fn sliding_window_counter_racing_times() {
     // Two windows later both counts are gone.
     racing_times::<SlidingWindowCounter>(quota, SECOND, 3 * SECOND, 2);
 }
+
+/// The fallback under races, clock frozen: a two-shard key with two slots
+/// per shard; the main thread (home shard 0, the first index handed out in
+/// each execution) fills its shard, then two threads check once each. Their
+/// homes are 1 and 0, so one admits at home and the other only through the
+/// fallback, racing it for shard 1: both must pass, each decision is sane,
+/// and the key is then full.
+#[test]
+fn sharded_fallback_admits_exactly_the_limit() {
+    use rategate::Sharded;
+    use rategate::algorithm::Splittable;
+
+    fn racing<A: Splittable>(quota: Quota) {
+        model(move || {
+            let sharded = Arc::new(Sharded::<A, 2>::from_quota(&quota).unwrap());
+            let state = Arc::new(sharded.new_state());
+            for _ in 0..2 {
+                assert!(sharded.check(&state, SECOND, 1).unwrap().is_allowed());
+            }
+            let handles: Vec<_> = (0..2)
+                .map(|_| {
+                    let (sharded, state) = (sharded.clone(), state.clone());
+                    thread::spawn(move || {
+                        let d = sharded.check(&state, SECOND, 1).unwrap();
+                        sane(&d);
+                        assert_eq!(d.limit(), 4);
+                        u32::from(d.is_allowed())
+                    })
+                })
+                .collect();
+            let admitted: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+            assert_eq!(admitted, 2);
+            let after = sharded.peek(&state, SECOND, 1).unwrap();
+            assert!(!after.is_allowed());
+            assert_eq!(after.remaining(), 0);
+            assert!(!sharded.is_idle(&state, SECOND));
+        });
+    }
+
+    racing::<FixedWindow>(Quota::per_second(4).unwrap());
+    racing::<TokenBucket>(Quota::per_second(4).unwrap());
+}

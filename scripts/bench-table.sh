@@ -5,45 +5,48 @@
 # (rategate / governor: below 1 means rategate is faster).
 #
 # Usage:
-#   scripts/bench-table.sh                 # run all suites, print the table
-#   scripts/bench-table.sh --no-run        # table from the last results only
+#   scripts/bench-table.sh                  # run all suites, print the table
+#   scripts/bench-table.sh --no-run         # the table of the last run
 #   scripts/bench-table.sh [criterion args] # e.g. --measurement-time 5
 #   BENCHES="direct clock" scripts/bench-table.sh
 #
-# Results are read from target/criterion/<group>/<function>/<variant>/new/
-# {benchmark,estimates}.json. After a run, only results written by that run
-# are shown. Needs cargo and python3.
+# Criterion writes to $BENCH_TABLE_DIR (as its CRITERION_HOME), by default
+# target/bench-table, which a run empties first: the table shows this run's results only, never those
+# of an earlier run or of another `cargo bench` writing target/criterion at
+# the same time. Per-benchmark notes (benchmarks left out because a trial
+# run was denied) go to stderr with criterion's own output. Needs cargo and
+# python3.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 benches=${BENCHES:-"direct keyed contention clock"}
-criterion_dir=${CARGO_TARGET_DIR:-target}/criterion
+dir=${BENCH_TABLE_DIR:-$PWD/${CARGO_TARGET_DIR:-target}/bench-table}
+export CRITERION_HOME=$dir
 
-since=0
 if [[ "${1:-}" == "--no-run" ]]; then
     shift
 else
-    since=$(date +%s)
+    rm -rf "$dir"
     for bench in $benches; do
         echo "== cargo bench --bench $bench" >&2
         cargo bench --bench "$bench" -- "$@" >&2
     done
 fi
 
-python3 - "$criterion_dir" "$since" <<'PY'
+python3 - "$dir" <<'PY'
 import json, os, sys
 
-root, since = sys.argv[1], float(sys.argv[2])
+root = sys.argv[1]
 GROUP_ORDER = ["direct_allow", "direct_deny", "keyed_hit", "keyed_insert",
                "contended_2_threads", "clock_now", "clock_now_2_threads"]
+ALGO_ORDER = ["token_bucket", "fixed_window", "sliding_window_counter",
+              "sliding_window_log", "leaky_bucket"]
 
 results = {}  # (group, function, variant) -> median ns
 for dirpath, _, files in os.walk(root):
     if os.path.basename(dirpath) != "new" or "estimates.json" not in files:
         continue
     estimates = os.path.join(dirpath, "estimates.json")
-    if os.path.getmtime(estimates) < since:
-        continue
     with open(os.path.join(dirpath, "benchmark.json")) as f:
         meta = json.load(f)
     with open(estimates) as f:
@@ -63,7 +66,8 @@ def fmt(ns):
 def order(key):
     group, function, variant = key
     g = GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
-    return (g, group, variant, function)
+    a = ALGO_ORDER.index(function) if function in ALGO_ORDER else len(ALGO_ORDER)
+    return (g, group, variant, a, function)
 
 print("| benchmark | rategate median | governor median | ratio (rategate/governor) |")
 print("|---|---:|---:|---:|")

@@ -73,6 +73,26 @@ impl Decision {
         }
     }
 
+    /// A decision from its fields, as a Redis script returns them.
+    #[cfg(feature = "redis")]
+    pub(crate) fn from_parts(
+        allowed: bool,
+        limit: u32,
+        remaining: u32,
+        reset_after: u64,
+        retry_after: u64,
+        delay: u64,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_after,
+            retry_after,
+            delay,
+        }
+    }
+
     /// The same decision, admitted after waiting `delay` nanoseconds.
     #[inline]
     #[allow(dead_code)] // used by the leaky bucket's delay mode

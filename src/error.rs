@@ -45,6 +45,15 @@ pub enum QuotaError {
         /// The largest value the algorithm supports.
         max: u64,
     },
+    /// [`Sharded`](crate::Sharded) splits a limit or burst over its shards
+    /// and each shard needs a share of at least 1, so the value must be at
+    /// least the number of shards.
+    LimitBelowShards {
+        /// The limit or burst to split.
+        limit: u64,
+        /// The number of shards.
+        shards: u64,
+    },
     /// A quota string could not be parsed.
     Parse {
         /// The text that was rejected.
@@ -83,6 +92,10 @@ impl fmt::Display for QuotaError {
             QuotaError::LimitTooLarge { limit, max } => write!(
                 f,
                 "a limit or burst of {limit} is larger than this algorithm supports ({max})"
+            ),
+            QuotaError::LimitBelowShards { limit, shards } => write!(
+                f,
+                "a limit or burst of {limit} cannot be split over {shards} shards (each needs at least 1)"
             ),
             QuotaError::Parse { input, reason } => {
                 write!(f, "invalid quota {input:?}: {reason}")

@@ -47,11 +47,14 @@ mod keyed;
 mod limiter;
 mod map;
 mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sync;
 
 pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
+pub use algorithm::{Sharded, Splittable};
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};

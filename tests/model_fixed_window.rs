@@ -2,10 +2,15 @@
 //! and the keyed limiters on a `ManualClock`; concurrency; the textbook
 //! boundary burst.
 //!
-//! The model is written from the definition, not from the crate's code: a
-//! `HashMap` from window index to admitted count per key, plus the latest
-//! window that admitted anything (a clock that steps back stays there).
+//! The model (`models/fixed_window.rs`) is written from the definition, not
+//! from the crate's code: a `HashMap` from window index to admitted count per
+//! key, plus the latest window that admitted anything (a clock that steps
+//! back stays there).
 
+mod models;
+
+use models::Outcome;
+use models::fixed_window::ModelWindow;
 use proptest::prelude::*;
 use rategate::{
     CheckError, Clock, Decision, FixedWindow, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
@@ -18,98 +23,56 @@ use std::time::Duration;
 /// Every field of a decision.
 type Fields = (bool, u32, u32, u64, u64, u64);
 
-fn fields(d: &Decision) -> Fields {
+fn tuple(o: Outcome) -> Fields {
     (
-        d.is_allowed(),
-        d.limit(),
-        d.remaining(),
-        d.reset_after_nanos(),
-        d.retry_after_nanos(),
-        d.delay_nanos(),
+        o.allowed,
+        o.limit,
+        o.remaining,
+        o.reset_after,
+        o.retry_after,
+        o.delay,
     )
 }
 
-#[derive(Debug, Default, Clone)]
-struct KeyModel {
-    /// Window index -> cost admitted in it.
-    counts: HashMap<u64, u64>,
-    /// The latest window that admitted a non-zero cost.
-    last: Option<u64>,
+fn fields(d: &Decision) -> Fields {
+    tuple(Outcome::of(d))
 }
 
+/// One model per key; a key is in `keys` once it has admitted a cost.
 #[derive(Debug)]
-struct Model {
-    limit: u64,
-    period: u64,
-    keys: HashMap<u8, KeyModel>,
+struct Keyed {
+    fresh: ModelWindow,
+    keys: HashMap<u8, ModelWindow>,
 }
 
-impl Model {
-    fn new(limit: u32, period: u64) -> Model {
-        Model {
-            limit: limit.into(),
-            period,
+impl Keyed {
+    fn new(limit: u32, period: u64) -> Keyed {
+        Keyed {
+            fresh: ModelWindow::with_params(limit, period),
             keys: HashMap::new(),
         }
     }
 
-    /// The window `now` counts in for `key`: never before one that admitted.
-    fn window(&self, key: u8, now: u64) -> u64 {
-        let w = now / self.period;
-        match self.keys.get(&key).and_then(|k| k.last) {
-            Some(last) if last > w => last,
-            _ => w,
-        }
-    }
-
-    fn used(&self, key: u8, window: u64) -> u64 {
-        self.keys
-            .get(&key)
-            .and_then(|k| k.counts.get(&window))
-            .copied()
-            .unwrap_or(0)
-    }
-
     fn decide(&mut self, key: u8, now: u64, cost: u32, record: bool) -> Result<Fields, CheckError> {
-        if u64::from(cost) > self.limit {
-            return Err(CheckError::CostExceedsCapacity {
-                cost,
-                capacity: self.limit as u32,
-            });
+        let mut k = self
+            .keys
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| self.fresh.clone());
+        let got = k.decide(now, cost, record);
+        if record && cost > 0 && got.is_ok_and(|o| o.allowed) {
+            self.keys.insert(key, k);
         }
-        let w = self.window(key, now);
-        let used = self.used(key, w);
-        let end = (u128::from(w) + 1) * u128::from(self.period);
-        let until_end = u64::try_from(end - u128::from(now)).unwrap_or(u64::MAX);
-        let limit = self.limit as u32;
-        let cost = u64::from(cost);
-        if used + cost <= self.limit {
-            if record && cost > 0 {
-                let k = self.keys.entry(key).or_default();
-                *k.counts.entry(w).or_insert(0) += cost;
-                k.last = Some(w);
-            }
-            let reset = if used + cost > 0 { until_end } else { 0 };
-            Ok((true, limit, (self.limit - used - cost) as u32, reset, 0, 0))
-        } else {
-            Ok((
-                false,
-                limit,
-                (self.limit - used) as u32,
-                until_end,
-                until_end,
-                0,
-            ))
-        }
+        got.map(tuple)
     }
 
     /// Keys with nothing in the window `now` counts in.
     fn idle_keys(&self, now: u64) -> Vec<u8> {
         let mut idle: Vec<u8> = self
             .keys
-            .keys()
-            .copied()
-            .filter(|&k| self.used(k, self.window(k, now)) == 0)
+            .iter()
+            .filter(|(_, k)| k.is_idle(now))
+            .map(|(&key, _)| key)
             .collect();
         idle.sort_unstable();
         idle
@@ -195,7 +158,7 @@ proptest! {
         clock.set(start);
         let limiter =
             RateLimiter::<FixedWindow, _>::with_clock(quota(limit, period), clock.clone()).unwrap();
-        let mut model = Model::new(limit, period);
+        let mut model = Keyed::new(limit, period);
         for op in &ops {
             if move_clock(&clock, period, op) {
                 continue;
@@ -223,7 +186,7 @@ proptest! {
             .clock(clock.clone())
             .build()
             .unwrap();
-        let mut model = Model::new(limit, period);
+        let mut model = Keyed::new(limit, period);
         // Keys the limiter holds, as the model sees them.
         let mut held: Vec<u8> = Vec::new();
         for op in &ops {
@@ -235,7 +198,7 @@ proptest! {
                 Op::Check(key, cost) => {
                     let got = limiter.check_n(&key, cost).map(|d| fields(&d));
                     prop_assert_eq!(got, model.decide(key, now, cost, true), "key {} check {} at {}", key, cost, now);
-                    if u64::from(cost) <= model.limit && !held.contains(&key) {
+                    if u64::from(cost) <= model.fresh.limit() && !held.contains(&key) {
                         held.push(key);
                     }
                 }
@@ -260,7 +223,7 @@ proptest! {
 
 #[test]
 fn model_sanity() {
-    let mut m = Model::new(2, 10);
+    let mut m = Keyed::new(2, 10);
     assert_eq!(m.decide(0, 5, 2, true), Ok((true, 2, 0, 5, 0, 0)));
     assert_eq!(m.decide(0, 9, 1, true), Ok((false, 2, 0, 1, 1, 0)));
     // Back in window 0 after window 2 admitted: stays in window 2.

@@ -2,14 +2,14 @@
 //! direct and the keyed limiters on a `ManualClock`; concurrency; the
 //! textbook boundary burst.
 //!
-//! The model is written from the documented rule, not from the crate's
-//! code: a list of admitted `(time, cost)` per key and plain `u128` maths.
-//! A request passes at `t` if the real-valued estimate fits,
-//! `previous x (period - elapsed) + (current + cost) x period <= limit x
-//! period`; `remaining` is the most further units the same test admits;
-//! `retry_after` is found by bisection over time; `reset_after` is when the
-//! last admission's window and the one after it are over.
+//! The model (`models/sliding_window_counter.rs`) is written from the
+//! documented rule, not from the crate's code: a list of admitted
+//! `(time, cost)` per key and plain `u128` maths.
 
+mod models;
+
+use models::Outcome;
+use models::sliding_window_counter::ModelCounter;
 use proptest::prelude::*;
 use rategate::{
     CheckError, Clock, Decision, KeyedRateLimiter, ManualClock, Quota, QuotaError, RateLimiter,
@@ -23,146 +23,47 @@ use std::time::Duration;
 /// Every field of a decision.
 type Fields = (bool, u32, u32, u64, u64, u64);
 
-fn fields(d: &Decision) -> Fields {
+fn tuple(o: Outcome) -> Fields {
     (
-        d.is_allowed(),
-        d.limit(),
-        d.remaining(),
-        d.reset_after_nanos(),
-        d.retry_after_nanos(),
-        d.delay_nanos(),
+        o.allowed,
+        o.limit,
+        o.remaining,
+        o.reset_after,
+        o.retry_after,
+        o.delay,
     )
 }
 
-#[derive(Debug, Default, Clone)]
-struct KeyModel {
-    /// Admitted requests: (time they counted at, cost).
-    admitted: Vec<(u128, u128)>,
-    /// Start of the window of the latest admission: a clock that steps back
-    /// before it counts as this time.
-    floor: u128,
+fn fields(d: &Decision) -> Fields {
+    tuple(Outcome::of(d))
 }
 
-impl KeyModel {
-    /// Cost admitted in window `w`.
-    fn in_window(&self, w: u128, period: u128) -> u128 {
-        self.admitted
-            .iter()
-            .filter(|&&(t, _)| t / period == w)
-            .map(|&(_, c)| c)
-            .sum()
-    }
-}
-
+/// One model per key; a key is in `keys` once it has admitted a cost.
 #[derive(Debug)]
-struct Model {
-    limit: u128,
-    period: u128,
-    keys: HashMap<u8, KeyModel>,
+struct Keyed {
+    fresh: ModelCounter,
+    keys: HashMap<u8, ModelCounter>,
 }
 
-fn saturate(t: u128) -> u64 {
-    u64::try_from(t).unwrap_or(u64::MAX)
-}
-
-impl Model {
-    fn new(limit: u32, period: u64) -> Model {
-        Model {
-            limit: limit.into(),
-            period: period.into(),
+impl Keyed {
+    fn new(limit: u32, period: u64) -> Keyed {
+        Keyed {
+            fresh: ModelCounter::with_params(limit, period),
             keys: HashMap::new(),
         }
     }
 
-    /// (previous-window cost, current-window cost, elapsed) at time `t`.
-    fn counts(&self, k: &KeyModel, t: u128) -> (u128, u128, u128) {
-        let w = t / self.period;
-        let previous = if w == 0 {
-            0
-        } else {
-            k.in_window(w - 1, self.period)
-        };
-        (previous, k.in_window(w, self.period), t % self.period)
-    }
-
-    /// `limit x period - previous x (period - elapsed)`: the room, in
-    /// units of 1/period requests, before the current count and the cost.
-    fn scaled_room(&self, k: &KeyModel, t: u128) -> (i128, u128) {
-        let (previous, current, elapsed) = self.counts(k, t);
-        let room =
-            (self.limit * self.period) as i128 - (previous * (self.period - elapsed)) as i128;
-        (room, current)
-    }
-
-    fn passes(&self, k: &KeyModel, t: u128, cost: u128) -> bool {
-        let (room, current) = self.scaled_room(k, t);
-        ((current + cost) * self.period) as i128 <= room
-    }
-
-    /// Whole units the estimate still admits at `t`, floored at zero.
-    fn units(&self, k: &KeyModel, t: u128) -> u128 {
-        let (room, current) = self.scaled_room(k, t);
-        let whole = room.div_euclid(self.period as i128) - current as i128;
-        whole.max(0) as u128
-    }
-
-    fn reset_at(&self, k: &KeyModel, t: u128) -> Option<u128> {
-        let w = t / self.period;
-        if k.in_window(w, self.period) > 0 {
-            Some((w + 2) * self.period)
-        } else if w > 0 && k.in_window(w - 1, self.period) > 0 {
-            Some((w + 1) * self.period)
-        } else {
-            None
-        }
-    }
-
     fn decide(&mut self, key: u8, now: u64, cost: u32, record: bool) -> Result<Fields, CheckError> {
-        if u128::from(cost) > self.limit {
-            return Err(CheckError::CostExceedsCapacity {
-                cost,
-                capacity: self.limit as u32,
-            });
+        let mut k = self
+            .keys
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| self.fresh.clone());
+        let got = k.decide(now, cost, record);
+        if record && cost > 0 && got.is_ok_and(|o| o.allowed) {
+            self.keys.insert(key, k);
         }
-        let mut k = self.keys.get(&key).cloned().unwrap_or_default();
-        let now = u128::from(now);
-        let t = now.max(k.floor);
-        let cost = u128::from(cost);
-        let limit = self.limit as u32;
-        if self.passes(&k, t, cost) {
-            let remaining = self.units(&k, t) - cost;
-            if cost > 0 {
-                k.admitted.push((t, cost));
-                k.floor = t / self.period * self.period;
-            }
-            let reset = self.reset_at(&k, t).map_or(0, |r| saturate(r - now));
-            if record && cost > 0 {
-                self.keys.insert(key, k);
-            }
-            Ok((true, limit, remaining as u32, reset, 0, 0))
-        } else {
-            // The estimate never grows without arrivals: bisect for the
-            // first time it admits `cost`; two windows on it is zero.
-            let (mut lo, mut hi) = (t, (t / self.period + 2) * self.period);
-            assert!(self.passes(&k, hi, cost));
-            while lo + 1 < hi {
-                let mid = lo + (hi - lo) / 2;
-                if self.passes(&k, mid, cost) {
-                    hi = mid;
-                } else {
-                    lo = mid;
-                }
-            }
-            let reset = self.reset_at(&k, t).map_or(0, |r| saturate(r - now));
-            Ok((
-                false,
-                limit,
-                self.units(&k, t) as u32,
-                reset,
-                saturate(hi - now),
-                0,
-            ))
-        }
+        got.map(tuple)
     }
 
     /// Keys whose admissions no longer weigh at `now`.
@@ -170,11 +71,7 @@ impl Model {
         let mut idle: Vec<u8> = self
             .keys
             .iter()
-            .filter(|(_, k)| {
-                let t = u128::from(now).max(k.floor);
-                let (previous, current, _) = self.counts(k, t);
-                previous == 0 && current == 0
-            })
+            .filter(|(_, k)| k.is_idle(now))
             .map(|(&key, _)| key)
             .collect();
         idle.sort_unstable();
@@ -265,7 +162,7 @@ proptest! {
             clock.clone(),
         )
         .unwrap();
-        let mut model = Model::new(limit, period);
+        let mut model = Keyed::new(limit, period);
         for op in &ops {
             if move_clock(&clock, period, op) {
                 continue;
@@ -293,7 +190,7 @@ proptest! {
             .clock(clock.clone())
             .build()
             .unwrap();
-        let mut model = Model::new(limit, period);
+        let mut model = Keyed::new(limit, period);
         // Keys the limiter holds, as the model sees them.
         let mut held: Vec<u8> = Vec::new();
         for op in &ops {
@@ -305,7 +202,7 @@ proptest! {
                 Op::Check(key, cost) => {
                     let got = limiter.check_n(&key, cost).map(|d| fields(&d));
                     prop_assert_eq!(got, model.decide(key, now, cost, true), "key {} check {} at {}", key, cost, now);
-                    if u128::from(cost) <= model.limit && !held.contains(&key) {
+                    if u128::from(cost) <= model.fresh.limit() && !held.contains(&key) {
                         held.push(key);
                     }
                 }
@@ -330,7 +227,7 @@ proptest! {
 
 #[test]
 fn model_sanity() {
-    let mut m = Model::new(10, 100);
+    let mut m = Keyed::new(10, 100);
     assert_eq!(m.decide(0, 50, 10, true), Ok((true, 10, 0, 150, 0, 0)));
     // 130: 10 x 70/100 = 7 weighs; 165: 3.5 weighs, so 6 more fit, and a
     // 7th once 10 x (100 - e) <= 300, at e = 70.

@@ -1,132 +1,20 @@
-//! The sliding window log against an independently written reference model:
-//! a plain list of every admission ever made, `(time, cost)` in `u128`,
-//! that sums the costs inside `(now - period, now]` from scratch on every
-//! request. Both are driven with the same random sequences of (move the
+//! The sliding window log against an independently written reference model
+//! (`models/sliding_window_log.rs`): a plain list of every admission ever
+//! made, `(time, cost)` in `u128`, that sums the costs inside
+//! `(now - period, now]` from scratch on every request. Both are driven with the same random sequences of (move the
 //! clock, cost) on a manual clock, including steps of zero, exact window
 //! edges and steps back; every decision field must agree.
 
+mod models;
+
+use models::sliding_window_log::ModelLog;
+use models::{Model, Outcome};
 use proptest::prelude::*;
 use rategate::{
-    CheckError, Clock, Decision, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
-    SlidingWindowLog,
+    Clock, Decision, KeyedRateLimiter, ManualClock, Quota, RateLimiter, SlidingWindowLog,
 };
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
-
-/// Every admission, never pruned. `latest` is the latest reading a check
-/// has seen: an earlier reading counts as it (no time elapsed).
-#[derive(Debug, Clone)]
-struct ModelLog {
-    limit: u128,
-    period: u128,
-    admitted: Vec<(u128, u32)>,
-    latest: u128,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-struct Outcome {
-    allowed: bool,
-    limit: u32,
-    remaining: u32,
-    reset_after: u64,
-    retry_after: u64,
-    delay: u64,
-}
-
-fn to_u64(x: u128) -> u64 {
-    u64::try_from(x).unwrap_or(u64::MAX)
-}
-
-impl ModelLog {
-    fn new(limit: u32, period: u64) -> Self {
-        ModelLog {
-            limit: limit.into(),
-            period: period.into(),
-            admitted: Vec::new(),
-            latest: 0,
-        }
-    }
-
-    /// Admissions still counting at `t`: admitted at `a` with `t - period < a`.
-    fn in_window(&self, t: u128) -> Vec<(u128, u32)> {
-        self.admitted
-            .iter()
-            .copied()
-            .filter(|&(a, _)| a + self.period > t)
-            .collect()
-    }
-
-    fn used(&self, t: u128) -> u128 {
-        self.in_window(t).iter().map(|&(_, c)| u128::from(c)).sum()
-    }
-
-    fn is_idle(&self, now: u64) -> bool {
-        self.in_window(self.latest.max(now.into())).is_empty()
-    }
-
-    fn request(&mut self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
-        if u128::from(cost) > self.limit {
-            return Err(CheckError::CostExceedsCapacity {
-                cost,
-                capacity: self.limit as u32,
-            });
-        }
-        let real = u128::from(now);
-        self.latest = self.latest.max(real);
-        let t = self.latest;
-        let used = self.used(t);
-        let allowed = used + u128::from(cost) <= self.limit;
-        if allowed && cost > 0 {
-            self.admitted.push((t, cost));
-        }
-        let window = self.in_window(t);
-        let reset_after = window
-            .iter()
-            .map(|&(a, _)| a + self.period - real)
-            .max()
-            .unwrap_or(0);
-        let retry_after = if allowed {
-            0
-        } else {
-            // The earliest expiry time after which what is left in the window
-            // plus this cost fits.
-            let mut expiries: Vec<u128> = window.iter().map(|&(a, _)| a + self.period).collect();
-            expiries.sort_unstable();
-            let at = expiries
-                .into_iter()
-                .find(|&e| {
-                    let left: u128 = window
-                        .iter()
-                        .filter(|&&(a, _)| a + self.period > e)
-                        .map(|&(_, c)| u128::from(c))
-                        .sum();
-                    left + u128::from(cost) <= self.limit
-                })
-                .expect("an empty window always fits");
-            at - real
-        };
-        let used_after = self.used(t);
-        Ok(Outcome {
-            allowed,
-            limit: self.limit as u32,
-            remaining: (self.limit - used_after) as u32,
-            reset_after: to_u64(reset_after),
-            retry_after: to_u64(retry_after),
-            delay: 0,
-        })
-    }
-}
-
-fn outcome(d: Decision) -> Outcome {
-    Outcome {
-        allowed: d.is_allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        reset_after: d.reset_after_nanos(),
-        retry_after: d.retry_after_nanos(),
-        delay: d.delay_nanos(),
-    }
-}
 
 /// How to move the clock before a request.
 #[derive(Debug, Clone, Copy)]
@@ -206,12 +94,12 @@ proptest! {
         let clock = ManualClock::new();
         let limiter =
             RateLimiter::<SlidingWindowLog, _>::with_clock(quota(&case), clock.clone()).unwrap();
-        let mut model = ModelLog::new(case.limit, case.period);
+        let mut model = ModelLog::with_params(case.limit, case.period);
         for (i, (step, cost)) in case.steps.iter().enumerate() {
             step.apply(&clock, case.period);
             let now = clock.now();
-            let peeked = limiter.peek_n(*cost).map(outcome);
-            let got = limiter.check_n(*cost).map(outcome);
+            let peeked = limiter.peek_n(*cost).map(|d| Outcome::of(&d));
+            let got = limiter.check_n(*cost).map(|d| Outcome::of(&d));
             let want = model.request(now, *cost);
             prop_assert_eq!(&got, &want, "step {} at t={}", i, now);
             prop_assert_eq!(peeked, got, "peek disagrees with check at step {}", i);
@@ -228,7 +116,7 @@ proptest! {
             .clock(clock.clone())
             .build()
             .unwrap();
-        let fresh = ModelLog::new(case.limit, case.period);
+        let fresh = ModelLog::with_params(case.limit, case.period);
         let mut models = vec![fresh.clone(); 3];
         let mut present = [false; 3];
         for ((step, cost), key) in case.steps.iter().zip(keys) {
@@ -248,8 +136,8 @@ proptest! {
                 continue;
             }
             let k = usize::from(key);
-            let peeked = limiter.peek_n(&key, *cost).map(outcome);
-            let got = limiter.check_n(&key, *cost).map(outcome);
+            let peeked = limiter.peek_n(&key, *cost).map(|d| Outcome::of(&d));
+            let got = limiter.check_n(&key, *cost).map(|d| Outcome::of(&d));
             let want = models[k].request(now, *cost);
             present[k] |= want.is_ok();
             prop_assert_eq!(&got, &want, "key {} at t={}", key, now);

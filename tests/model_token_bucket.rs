@@ -1,85 +1,16 @@
-//! The token bucket (GCRA) against an independently written reference model:
-//! a plain token bucket that keeps its credit in nanoseconds of refill time
-//! and refills it lazily. Both are driven with the same random sequences of
-//! (advance time, cost) on a manual clock; every decision must agree.
+//! The token bucket (GCRA) against an independently written reference model
+//! (`models/token_bucket.rs`): a plain token bucket that keeps its credit in
+//! nanoseconds of refill time and refills it lazily. Both are driven with
+//! the same random sequences of (advance time, cost) on a manual clock;
+//! every decision must agree.
 
+mod models;
+
+use models::token_bucket::ModelBucket;
+use models::{Model, Outcome};
 use proptest::prelude::*;
-use rategate::{
-    CheckError, Decision, KeyedRateLimiter, ManualClock, Quota, RateLimiter, TokenBucket,
-};
+use rategate::{KeyedRateLimiter, ManualClock, Quota, RateLimiter, TokenBucket};
 use std::time::Duration;
-
-/// A token bucket the textbook way. `credit` is the bucket's content
-/// measured in nanoseconds of refill (tokens x interval), so fractional
-/// tokens are exact; the bucket starts full.
-struct ModelBucket {
-    interval: u128,
-    capacity: u128,
-    credit: u128,
-    last: u128,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-struct Outcome {
-    allowed: bool,
-    limit: u32,
-    remaining: u32,
-    reset_after: u64,
-    retry_after: u64,
-}
-
-impl ModelBucket {
-    fn new(limit: u32, period: u64, burst: Option<u32>) -> Self {
-        let interval = u128::from(period / u64::from(limit));
-        let capacity = u128::from(burst.unwrap_or(limit));
-        ModelBucket {
-            interval,
-            capacity,
-            credit: capacity * interval,
-            last: 0,
-        }
-    }
-
-    /// Time only moves forward in this model's inputs.
-    fn request(&mut self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
-        if u128::from(cost) > self.capacity {
-            return Err(CheckError::CostExceedsCapacity {
-                cost,
-                capacity: self.capacity as u32,
-            });
-        }
-        let now = u128::from(now);
-        let full = self.capacity * self.interval;
-        self.credit = (self.credit + (now - self.last)).min(full);
-        self.last = now;
-        let need = u128::from(cost) * self.interval;
-        let allowed = self.credit >= need;
-        let retry_after = if allowed {
-            self.credit -= need;
-            0
-        } else {
-            need - self.credit
-        };
-        Ok(Outcome {
-            allowed,
-            limit: self.capacity as u32,
-            remaining: (self.credit / self.interval) as u32,
-            reset_after: (full - self.credit) as u64,
-            retry_after: retry_after as u64,
-        })
-    }
-}
-
-fn outcome(d: Decision) -> Outcome {
-    assert_eq!(d.delay_nanos(), 0, "a token bucket never delays");
-    Outcome {
-        allowed: d.is_allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        reset_after: d.reset_after_nanos(),
-        retry_after: d.retry_after_nanos(),
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -152,13 +83,13 @@ proptest! {
     fn direct_limiter_matches_model(case in case()) {
         let clock = ManualClock::new();
         let limiter = RateLimiter::<TokenBucket, _>::with_clock(quota(&case), clock.clone()).unwrap();
-        let mut model = ModelBucket::new(case.limit, case.period, case.burst);
+        let mut model = ModelBucket::with_params(case.limit, case.period, case.burst);
         let interval = case.period / u64::from(case.limit);
         for (i, (gap, cost)) in case.steps.iter().enumerate() {
             clock.advance_nanos(gap.nanos(interval));
             let now = clock.now_for_test();
-            let peeked = limiter.peek_n(*cost).map(outcome);
-            let got = limiter.check_n(*cost).map(outcome);
+            let peeked = limiter.peek_n(*cost).map(|d| Outcome::of(&d));
+            let got = limiter.check_n(*cost).map(|d| Outcome::of(&d));
             let want = model.request(now, *cost);
             prop_assert_eq!(&got, &want, "step {} at t={}", i, now);
             prop_assert_eq!(peeked, got, "peek disagrees with check at step {}", i);
@@ -173,12 +104,12 @@ proptest! {
             .build()
             .unwrap();
         let mut models: Vec<ModelBucket> =
-            (0..3).map(|_| ModelBucket::new(case.limit, case.period, case.burst)).collect();
+            (0..3).map(|_| ModelBucket::with_params(case.limit, case.period, case.burst)).collect();
         let interval = case.period / u64::from(case.limit);
         for ((gap, cost), key) in case.steps.iter().zip(keys) {
             clock.advance_nanos(gap.nanos(interval));
             let now = clock.now_for_test();
-            let got = limiter.check_n(&key, *cost).map(outcome);
+            let got = limiter.check_n(&key, *cost).map(|d| Outcome::of(&d));
             let want = models[usize::from(key)].request(now, *cost);
             prop_assert_eq!(got, want, "key {} at t={}", key, now);
         }

@@ -9,12 +9,14 @@
 
 mod fixed_window;
 mod leaky_bucket;
+mod sharded;
 mod sliding_window_counter;
 mod sliding_window_log;
 mod token_bucket;
 
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
+pub use sharded::{Sharded, ShardedState, Splittable};
 pub use sliding_window_counter::SlidingWindowCounter;
 pub use sliding_window_log::{SlidingWindowLog, WindowLog};
 pub use token_bucket::TokenBucket;

@@ -72,7 +72,9 @@ impl TokenBucket {
         } else {
             let used = base - now;
             let remaining = self.tau.saturating_sub(used) / self.interval;
-            let retry_after = ahead.saturating_sub(self.tau);
+            // A TAT past u64::MAX stays past it at any later `now`: the
+            // request never passes (u64::MAX: never).
+            let retry_after = new_tat.map_or(u64::MAX, |_| ahead - self.tau);
             let decision = Decision::deny(self.capacity, remaining as u32, used, retry_after);
             (decision, None)
         }
@@ -213,7 +215,7 @@ mod tests {
         let state = tb.new_state();
         let d = tb.check(&state, u64::MAX - 1, 4).unwrap();
         assert!(!d.is_allowed());
-        assert_eq!(d.retry_after_nanos(), u64::MAX - (4 << 40));
+        assert_eq!(d.retry_after_nanos(), u64::MAX); // never, at a later time
         let edge = u64::MAX - (4 << 40);
         assert!(tb.check(&state, edge, 4).unwrap().is_allowed());
         assert!(!tb.check(&state, edge, 1).unwrap().is_allowed());

@@ -1,0 +1,65 @@
+//! Errors of the Redis backend.
+
+use crate::QuotaError;
+use std::fmt;
+
+/// Why a Redis limiter could not be built or a call to Redis failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RedisError {
+    /// The quota cannot run on this algorithm's script.
+    Quota(QuotaError),
+    /// A builder setting that cannot work.
+    Config(&'static str),
+    /// Redis answered with an error, or the connection failed.
+    Redis(redis::RedisError),
+    /// Redis did not answer within the configured timeout.
+    Timeout,
+    /// The script returned something other than the six decision integers.
+    BadReply(String),
+    /// A client-time reading too large for Lua's exact integers (2^53 ns,
+    /// about 104 days after the clock's origin).
+    TimeOutOfRange(u64),
+    /// The blocking limiter's runtime could not start.
+    Runtime(std::io::Error),
+}
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisError::Quota(e) => write!(f, "quota not supported on Redis: {e}"),
+            RedisError::Config(what) => write!(f, "invalid Redis limiter setting: {what}"),
+            RedisError::Redis(e) => write!(f, "Redis error: {e}"),
+            RedisError::Timeout => f.write_str("Redis did not answer in time"),
+            RedisError::BadReply(reply) => write!(f, "unexpected script reply: {reply}"),
+            RedisError::TimeOutOfRange(t) => write!(
+                f,
+                "client time {t} ns is beyond Lua's exact integers (2^53); use server time"
+            ),
+            RedisError::Runtime(e) => write!(f, "could not start the blocking runtime: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RedisError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RedisError::Quota(e) => Some(e),
+            RedisError::Redis(e) => Some(e),
+            RedisError::Runtime(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<QuotaError> for RedisError {
+    fn from(e: QuotaError) -> Self {
+        RedisError::Quota(e)
+    }
+}
+
+impl From<redis::RedisError> for RedisError {
+    fn from(e: redis::RedisError) -> Self {
+        RedisError::Redis(e)
+    }
+}

@@ -1,0 +1,668 @@
+//! The Redis-backed keyed limiter.
+
+use super::{LUA_EXACT, RedisAlgorithm, RedisError};
+use crate::algorithm::check_cost;
+use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::{CheckError, Clock, Decision, KeyedRateLimiter, QuantaClock, Quota};
+use dashmap::DashMap;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// Where a Redis limiter's scripts read time.
+#[derive(Debug, Clone)]
+pub enum TimeSource<C> {
+    /// The Redis server's `TIME`, in microseconds: every app server agrees,
+    /// whatever its own clock says. The default.
+    Server,
+    /// The given clock, in nanoseconds (for tests, simulations and parity
+    /// checks against the in-memory limiter). Readings must stay below 2^53
+    /// ns (about 104 days after the clock's origin) for Lua's exact integers.
+    Client(C),
+}
+
+/// What decides while Redis is unreachable or slower than the timeout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StoreDown {
+    /// Admit every request (availability first). The default.
+    FailOpen,
+    /// Deny every request, with a `retry_after` of one second.
+    FailClosed,
+    /// Decide with a local in-memory limiter per key that enforces this share
+    /// (0 < share <= 1) of the quota: with N app servers, `1/N` keeps the
+    /// global rate about where Redis would.
+    Insurance(f64),
+}
+
+/// Which path made a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The Redis script.
+    Redis,
+    /// The local over-limit cache: Redis had denied this key until a time
+    /// not yet reached.
+    LocalCache,
+    /// Redis was unreachable; [`StoreDown::FailOpen`] admitted.
+    FailOpen,
+    /// Redis was unreachable; [`StoreDown::FailClosed`] denied.
+    FailClosed,
+    /// Redis was unreachable; the [`StoreDown::Insurance`] limiter decided.
+    Insurance,
+}
+
+/// A decision and the path that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisDecision {
+    decision: Decision,
+    source: Source,
+}
+
+impl RedisDecision {
+    /// The decision.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Whether the request may pass.
+    pub fn is_allowed(&self) -> bool {
+        self.decision.is_allowed()
+    }
+
+    /// Which path decided.
+    pub fn source(&self) -> Source {
+        self.source
+    }
+}
+
+/// Counters of a [`RedisLimiter`], read with [`RedisLimiter::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedisStats {
+    /// Decisions made by the Redis script.
+    pub redis: u64,
+    /// Denials answered by the local over-limit cache.
+    pub local_cache: u64,
+    /// Decisions made by the store-down policy, per policy.
+    pub fail_open: u64,
+    /// See [`RedisStats::fail_open`].
+    pub fail_closed: u64,
+    /// See [`RedisStats::fail_open`].
+    pub insurance: u64,
+    /// Calls to Redis that failed (connection errors, error replies,
+    /// timeouts).
+    pub errors: u64,
+    /// Of [`RedisStats::errors`], the calls that timed out.
+    pub timeouts: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    redis: AtomicU64,
+    local_cache: AtomicU64,
+    fail_open: AtomicU64,
+    fail_closed: AtomicU64,
+    insurance: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    // Relaxed: statistics, ordering nothing.
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+enum Target {
+    Url(String),
+    Cluster(Vec<String>),
+}
+
+/// A keyed rate limiter whose state lives in Redis: one atomic Lua script
+/// call per decision, shared by every app server.
+///
+/// Cheap to clone (the clones share connections, caches and counters).
+///
+/// # Examples
+///
+/// ```no_run
+/// use rategate::redis::{RedisLimiter, StoreDown};
+/// use rategate::{Quota, TokenBucket};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(5000)?)
+///     .url("redis://127.0.0.1:6379/")
+///     .prefix("api")
+///     .store_down(StoreDown::Insurance(0.25))
+///     .build()
+///     .await?;
+/// let d = limiter.check("token-123").await?;
+/// println!("allowed: {}, via {:?}", d.is_allowed(), d.source());
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisLimiter<A: RedisAlgorithm, C: Clock = QuantaClock> {
+    inner: Arc<Inner<A, C>>,
+}
+
+impl<A: RedisAlgorithm, C: Clock> Clone for RedisLimiter<A, C> {
+    fn clone(&self) -> Self {
+        RedisLimiter {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<A: RedisAlgorithm, C: Clock> fmt::Debug for RedisLimiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("quota", &self.inner.quota)
+            .field("prefix", &self.inner.prefix)
+            .field("client_time", &self.inner.client_time)
+            .field("store_down", &self.inner.store_down)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<A: RedisAlgorithm, C: Clock> {
+    algorithm: A,
+    quota: Quota,
+    script: redis::Script,
+    params: Vec<i64>,
+    tick_nanos: u64,
+    client_time: bool,
+    clock: C,
+    connection: Connection,
+    prefix: String,
+    timeout: Duration,
+    store_down: StoreDown,
+    insurance: Option<KeyedRateLimiter<String, A, C>>,
+    /// Key -> (denied until, in the local clock's nanoseconds; the smallest
+    /// cost Redis denied).
+    cache: Option<DashMap<String, (u64, u32)>>,
+    cache_max: usize,
+    counters: Counters,
+}
+
+/// Builds a [`RedisLimiter`]; from [`RedisLimiter::builder`].
+#[must_use]
+pub struct RedisLimiterBuilder<A, C> {
+    quota: Quota,
+    target: Option<Target>,
+    prefix: String,
+    time: TimeSource<C>,
+    clock: C,
+    timeout: Duration,
+    store_down: StoreDown,
+    local_cache: bool,
+    cache_max: usize,
+    marker: PhantomData<fn() -> A>,
+}
+
+impl<A: RedisAlgorithm, C: Clock + Default> RedisLimiter<A, C> {
+    /// A builder for `quota`. Name the server with
+    /// [`url`](RedisLimiterBuilder::url) or
+    /// [`cluster`](RedisLimiterBuilder::cluster).
+    pub fn builder(quota: Quota) -> RedisLimiterBuilder<A, C> {
+        RedisLimiterBuilder {
+            quota,
+            target: None,
+            prefix: "rategate".to_owned(),
+            time: TimeSource::Server,
+            clock: C::default(),
+            timeout: Duration::from_millis(100),
+            store_down: StoreDown::FailOpen,
+            local_cache: true,
+            cache_max: 100_000,
+            marker: PhantomData,
+        }
+    }
+}
+
+impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
+    /// A single Redis server, as `redis://host:port/db`.
+    pub fn url(mut self, url: &str) -> Self {
+        self.target = Some(Target::Url(url.to_owned()));
+        self
+    }
+
+    /// A Redis Cluster, given some of its nodes' URLs.
+    pub fn cluster<S: AsRef<str>>(mut self, nodes: &[S]) -> Self {
+        let nodes = nodes.iter().map(|s| s.as_ref().to_owned()).collect();
+        self.target = Some(Target::Cluster(nodes));
+        self
+    }
+
+    /// The namespace of this limiter's Redis keys (default `rategate`).
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Where the scripts read time (default [`TimeSource::Server`]).
+    pub fn time(mut self, time: TimeSource<C>) -> Self {
+        if let TimeSource::Client(clock) = &time {
+            self.clock = clock.clone();
+        }
+        self.time = time;
+        self
+    }
+
+    /// The longest a call to Redis may take before the store-down policy
+    /// decides (default 100 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What decides while Redis is unreachable (default
+    /// [`StoreDown::FailOpen`]).
+    pub fn store_down(mut self, policy: StoreDown) -> Self {
+        self.store_down = policy;
+        self
+    }
+
+    /// Whether to answer keys that Redis denied locally until their
+    /// retry-after has passed (default on), and how many such keys to hold
+    /// at most (default 100,000).
+    pub fn local_cache(mut self, on: bool) -> Self {
+        self.local_cache = on;
+        self
+    }
+
+    /// The most keys the local over-limit cache holds (default 100,000).
+    pub fn local_cache_capacity(mut self, keys: usize) -> Self {
+        self.cache_max = keys;
+        self
+    }
+
+    /// Connects (loading the script) and builds the limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Config`] without a server or with an insurance share
+    /// outside (0, 1]; [`RedisError::Quota`] when the quota cannot run on
+    /// the script; [`RedisError::Redis`] or [`RedisError::Timeout`] when the
+    /// first connection fails.
+    pub async fn build(self) -> Result<RedisLimiter<A, C>, RedisError> {
+        let algorithm = A::from_quota(&self.quota)?;
+        let client_time = matches!(self.time, TimeSource::Client(_));
+        let tick_nanos = if client_time { 1 } else { 1_000 };
+        let params = A::script_params(&self.quota, tick_nanos)?;
+        let insurance = match self.store_down {
+            StoreDown::Insurance(share) => Some(insurance_limiter::<A, C>(
+                &self.quota,
+                share,
+                self.clock.clone(),
+            )?),
+            _ => None,
+        };
+        let script = redis::Script::new(A::SCRIPT);
+        let timeout = self.timeout;
+        let connect = async {
+            match self.target {
+                None => Err(RedisError::Config(
+                    "no Redis server: call url() or cluster()",
+                )),
+                Some(Target::Url(url)) => {
+                    let client = redis::Client::open(url)?;
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(Some(timeout))
+                        .set_number_of_retries(2)
+                        .set_max_delay(Duration::from_secs(1));
+                    let mut manager = client.get_connection_manager_with_config(config).await?;
+                    // Load once; calls go by SHA and reload after NOSCRIPT.
+                    script.prepare_invoke().load_async(&mut manager).await?;
+                    Ok(Connection::Single(manager))
+                }
+                Some(Target::Cluster(nodes)) => {
+                    let client = redis::cluster::ClusterClient::builder(nodes)
+                        .connection_timeout(timeout)
+                        .response_timeout(timeout)
+                        .build()?;
+                    Ok(Connection::Cluster(client.get_async_connection().await?))
+                }
+            }
+        };
+        let connection = tokio::time::timeout(timeout.max(Duration::from_secs(5)), connect)
+            .await
+            .map_err(|_| RedisError::Timeout)??;
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                algorithm,
+                quota: self.quota,
+                script,
+                params,
+                tick_nanos,
+                client_time,
+                clock: self.clock,
+                connection,
+                prefix: self.prefix,
+                timeout,
+                store_down: self.store_down,
+                insurance,
+                cache: self.local_cache.then(DashMap::new),
+                cache_max: self.cache_max,
+                counters: Counters::default(),
+            }),
+        })
+    }
+}
+
+/// The local limiter that decides while Redis is down: the quota scaled by
+/// `share`, at least one request per period.
+fn insurance_limiter<A: RedisAlgorithm, C: Clock>(
+    quota: &Quota,
+    share: f64,
+    clock: C,
+) -> Result<KeyedRateLimiter<String, A, C>, RedisError> {
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(RedisError::Config("the insurance share must be in (0, 1]"));
+    }
+    let scale = |n: u32| ((f64::from(n) * share).floor() as u32).max(1);
+    let mut local =
+        Quota::with_period(scale(quota.limit()), quota.period())?.delay(quota.delay_mode());
+    if let Some(burst) = quota.explicit_burst() {
+        local = local.burst(scale(burst))?;
+    }
+    Ok(KeyedRateLimiter::<String, A>::builder(local)
+        .clock(clock)
+        .max_keys(100_000)
+        .auto_sweep(Duration::from_secs(10))
+        .build()?)
+}
+
+impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
+    /// Decides one request of cost 1 for `key`.
+    ///
+    /// # Errors
+    ///
+    /// None in practice (cost 1 always fits); see
+    /// [`check_n`](RedisLimiter::check_n).
+    pub async fn check(&self, key: &str) -> Result<RedisDecision, CheckError> {
+        self.check_n(key, 1).await
+    }
+
+    /// Decides one request of `cost` for `key`. Redis being down is not an
+    /// error: the store-down policy decides, and the decision's
+    /// [`source`](RedisDecision::source) says so.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
+    pub async fn check_n(&self, key: &str, cost: u32) -> Result<RedisDecision, CheckError> {
+        let inner = &*self.inner;
+        check_cost(cost, inner.algorithm.capacity())?;
+        let now = inner.clock.now();
+        if let Some(decision) = self.cached_denial(key, now, cost) {
+            bump(&inner.counters.local_cache);
+            return Ok(RedisDecision {
+                decision,
+                source: Source::LocalCache,
+            });
+        }
+        match self.call(key, now, cost).await {
+            Ok(decision) => {
+                bump(&inner.counters.redis);
+                if !decision.is_allowed() {
+                    self.cache_denial(key, now, cost, decision.retry_after_nanos());
+                }
+                Ok(RedisDecision {
+                    decision,
+                    source: Source::Redis,
+                })
+            }
+            Err(error) => {
+                bump(&inner.counters.errors);
+                if matches!(error, RedisError::Timeout) {
+                    bump(&inner.counters.timeouts);
+                }
+                Ok(self.store_down_decision(key, cost))
+            }
+        }
+    }
+
+    /// Calls the script once, without the cache or the store-down policy.
+    ///
+    /// # Errors
+    ///
+    /// Whatever went wrong with Redis, as a [`RedisError`].
+    pub async fn check_redis(&self, key: &str, cost: u32) -> Result<Decision, RedisError> {
+        let inner = &*self.inner;
+        check_cost(cost, inner.algorithm.capacity())
+            .map_err(|_| RedisError::Config("cost above capacity"))?;
+        self.call(key, inner.clock.now(), cost).await
+    }
+
+    async fn call(&self, key: &str, now: u64, cost: u32) -> Result<Decision, RedisError> {
+        let inner = &*self.inner;
+        let now_arg = if inner.client_time {
+            if now >= LUA_EXACT {
+                return Err(RedisError::TimeOutOfRange(now));
+            }
+            now as i64
+        } else {
+            -1
+        };
+        let mut invocation = inner.script.prepare_invoke();
+        for suffix in A::KEY_SUFFIXES {
+            invocation.key(format!("{}:{{{}}}:{}", inner.prefix, key, suffix));
+        }
+        invocation.arg(now_arg).arg(cost);
+        for param in &inner.params {
+            invocation.arg(*param);
+        }
+        let reply = async {
+            match inner.connection.clone() {
+                Connection::Single(mut c) => invocation.invoke_async::<Vec<i64>>(&mut c).await,
+                Connection::Cluster(mut c) => invocation.invoke_async::<Vec<i64>>(&mut c).await,
+            }
+        };
+        let reply = tokio::time::timeout(inner.timeout, reply)
+            .await
+            .map_err(|_| RedisError::Timeout)?
+            .map_err(|e| {
+                // The connection's own response timeout fires about when ours
+                // does: count it as a timeout too.
+                if e.is_timeout() {
+                    RedisError::Timeout
+                } else {
+                    RedisError::Redis(e)
+                }
+            })?;
+        self.decode(&reply)
+    }
+
+    fn decode(&self, reply: &[i64]) -> Result<Decision, RedisError> {
+        let bad = || RedisError::BadReply(format!("{reply:?}"));
+        let &[allowed, limit, remaining, reset, retry, delay] = reply else {
+            return Err(bad());
+        };
+        let count = |v: i64| u32::try_from(v).map_err(|_| bad());
+        let ticks = |v: i64| {
+            u64::try_from(v)
+                .map(|t| t.saturating_mul(self.inner.tick_nanos))
+                .map_err(|_| bad())
+        };
+        Ok(Decision::from_parts(
+            allowed == 1,
+            count(limit)?,
+            count(remaining)?,
+            ticks(reset)?,
+            ticks(retry)?,
+            ticks(delay)?,
+        ))
+    }
+
+    fn cached_denial(&self, key: &str, now: u64, cost: u32) -> Option<Decision> {
+        let cache = self.inner.cache.as_ref()?;
+        let (until, denied_cost) = *cache.get(key)?;
+        if now < until && cost >= denied_cost {
+            let wait = until - now;
+            let limit = self.inner.algorithm.capacity();
+            return Some(Decision::deny(limit, 0, wait, wait));
+        }
+        if now >= until {
+            cache.remove_if(key, |_, (u, _)| now >= *u);
+        }
+        None
+    }
+
+    fn cache_denial(&self, key: &str, now: u64, cost: u32, retry_after: u64) {
+        let Some(cache) = &self.inner.cache else {
+            return;
+        };
+        if retry_after == 0 {
+            return;
+        }
+        if cache.len() >= self.inner.cache_max {
+            cache.retain(|_, (until, _)| *until > now);
+            if cache.len() >= self.inner.cache_max {
+                return;
+            }
+        }
+        let until = now.saturating_add(retry_after);
+        cache
+            .entry(key.to_owned())
+            .and_modify(|(u, c)| {
+                if until > *u || cost < *c {
+                    *u = until.max(*u);
+                    *c = cost.min(*c);
+                }
+            })
+            .or_insert((until, cost));
+    }
+
+    fn store_down_decision(&self, key: &str, cost: u32) -> RedisDecision {
+        let inner = &*self.inner;
+        let limit = inner.algorithm.capacity();
+        let (decision, source) = match (&inner.store_down, &inner.insurance) {
+            (StoreDown::Insurance(_), Some(local)) => {
+                let decision = local
+                    .check_n(key, cost)
+                    .unwrap_or_else(|_| Decision::deny(limit, 0, 0, 1_000_000_000));
+                bump(&inner.counters.insurance);
+                (decision, Source::Insurance)
+            }
+            (StoreDown::FailClosed, _) | (StoreDown::Insurance(_), None) => {
+                bump(&inner.counters.fail_closed);
+                let retry = 1_000_000_000;
+                (Decision::deny(limit, 0, retry, retry), Source::FailClosed)
+            }
+            (StoreDown::FailOpen, _) => {
+                bump(&inner.counters.fail_open);
+                (Decision::allow(limit, limit - cost, 0), Source::FailOpen)
+            }
+        };
+        RedisDecision { decision, source }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RedisStats {
+        let c = &self.inner.counters;
+        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RedisStats {
+            redis: read(&c.redis),
+            local_cache: read(&c.local_cache),
+            fail_open: read(&c.fail_open),
+            fail_closed: read(&c.fail_closed),
+            insurance: read(&c.insurance),
+            errors: read(&c.errors),
+            timeouts: read(&c.timeouts),
+        }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        &self.inner.quota
+    }
+}
+
+/// A [`RedisLimiter`] for synchronous callers: it owns a small tokio runtime
+/// and blocks the calling thread until the decision is made (within the
+/// timeout). Safe to call from any thread, also one inside another async
+/// runtime (it never nests `block_on`), though async code should use
+/// [`RedisLimiter`] directly.
+pub struct BlockingRedisLimiter<A: RedisAlgorithm, C: Clock = QuantaClock> {
+    limiter: RedisLimiter<A, C>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl<A: RedisAlgorithm, C: Clock> fmt::Debug for BlockingRedisLimiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockingRedisLimiter")
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: RedisAlgorithm, C: Clock> BlockingRedisLimiter<A, C> {
+    /// Builds the limiter that `builder` describes on an own runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiterBuilder::build`], and [`RedisError::Runtime`].
+    pub fn new(builder: RedisLimiterBuilder<A, C>) -> Result<Self, RedisError>
+    where
+        C: 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("rategate-redis")
+            .enable_all()
+            .build()
+            .map_err(RedisError::Runtime)?;
+        let limiter = wait_on(&runtime, builder.build())
+            .unwrap_or(Err(RedisError::Config("the runtime stopped")))?;
+        Ok(BlockingRedisLimiter { limiter, runtime })
+    }
+
+    /// Decides one request of `cost` for `key`, blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
+    pub fn check_n(&self, key: &str, cost: u32) -> Result<RedisDecision, CheckError> {
+        let limiter = self.limiter.clone();
+        let owned = key.to_owned();
+        wait_on(
+            &self.runtime,
+            async move { limiter.check_n(&owned, cost).await },
+        )
+        .unwrap_or_else(|| Ok(self.limiter.store_down_decision(key, cost)))
+    }
+
+    /// Decides one request of cost 1 for `key`, blocking.
+    ///
+    /// # Errors
+    ///
+    /// None in practice (cost 1 always fits).
+    pub fn check(&self, key: &str) -> Result<RedisDecision, CheckError> {
+        self.check_n(key, 1)
+    }
+
+    /// The async limiter inside.
+    pub fn limiter(&self) -> &RedisLimiter<A, C> {
+        &self.limiter
+    }
+}
+
+/// Runs `future` on `runtime` and waits for it on this thread without
+/// entering the runtime (so it works from inside another runtime too).
+/// `None` if the task was dropped.
+fn wait_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.recv().ok()
+}

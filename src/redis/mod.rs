@@ -1,0 +1,32 @@
+//! The Redis backend (feature `redis`): every app server asks the same Redis,
+//! and one Lua script per algorithm makes each decision atomic.
+//!
+//! * [`RedisLimiter`]: async, keyed, on a single Redis or a Redis Cluster;
+//!   [`BlockingRedisLimiter`] for synchronous callers.
+//! * Scripts are loaded once and called by SHA (`EVALSHA`), reloaded
+//!   transparently after `NOSCRIPT` (a restart or `SCRIPT FLUSH`).
+//! * [`TimeSource::Server`] (default): scripts read the server's `TIME` in
+//!   microseconds, so app servers with skewed clocks agree.
+//!   [`TimeSource::Client`]: the caller's clock in nanoseconds, for tests and
+//!   parity checks against the in-memory limiter.
+//! * Keys are `{prefix}:{<key>}:{suffix}`: the `{...}` hash tag keeps a
+//!   key's Redis keys in one Cluster slot; each has a TTL, so idle keys
+//!   vanish.
+//! * When Redis is down or slow (every call has a timeout), a [`StoreDown`]
+//!   policy decides: fail open, fail closed, or a local insurance limiter
+//!   with a share of the quota. Reconnection is automatic. The decision's
+//!   [`Source`] and the [`RedisStats`] counters say which path decided.
+//! * A local over-limit cache answers a key that Redis denied until its
+//!   retry-after has passed, without a round trip (on by default).
+
+mod algorithm;
+mod algorithms;
+mod error;
+mod limiter;
+
+pub use algorithm::{LUA_EXACT, RedisAlgorithm};
+pub use error::RedisError;
+pub use limiter::{
+    BlockingRedisLimiter, RedisDecision, RedisLimiter, RedisLimiterBuilder, RedisStats, Source,
+    StoreDown, TimeSource,
+};

@@ -1,0 +1,63 @@
+//! Sequential reference models of the five algorithms, one module each,
+//! shared by the property tests (`tests/model_*.rs`, through `mod models;`)
+//! and the differential fuzz targets (`fuzz/`, through `#[path]`), so that
+//! there is one copy of each model.
+//!
+//! Every model is written from the algorithm's definition, independently of
+//! the crate's decision cores (plain lists of admissions, `u128` maths,
+//! brute-force searches), and offers the same small interface, [`Model`]:
+//! built from a [`Quota`], it decides one request of a cost at a time and
+//! returns every field of the decision as an [`Outcome`]. Each module's docs
+//! say which inputs the model covers (for example, times that never go back).
+
+// Each test includes every model but drives one.
+#![allow(dead_code)]
+
+pub mod fixed_window;
+pub mod leaky_bucket;
+pub mod sliding_window_counter;
+pub mod sliding_window_log;
+pub mod token_bucket;
+
+use rategate::{CheckError, Decision, Quota};
+
+/// Every field of a decision, as a model computes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub allowed: bool,
+    pub limit: u32,
+    pub remaining: u32,
+    pub reset_after: u64,
+    pub retry_after: u64,
+    pub delay: u64,
+}
+
+impl Outcome {
+    /// The fields of a real decision, to compare with a model's.
+    pub fn of(d: &Decision) -> Outcome {
+        Outcome {
+            allowed: d.is_allowed(),
+            limit: d.limit(),
+            remaining: d.remaining(),
+            reset_after: d.reset_after_nanos(),
+            retry_after: d.retry_after_nanos(),
+            delay: d.delay_nanos(),
+        }
+    }
+}
+
+/// A reference model of one key's state under one algorithm.
+pub trait Model: Clone {
+    /// A key never seen, for `quota` (which the algorithm accepts).
+    fn new(quota: &Quota) -> Self;
+
+    /// Decides a request of `cost` at `now` (nanoseconds since the clock's
+    /// origin) and records it if admitted, as `check_n` does.
+    fn request(&mut self, now: u64, cost: u32) -> Result<Outcome, CheckError>;
+
+    /// What [`request`](Model::request) would decide, recording nothing, as
+    /// `peek_n` does.
+    fn peek(&self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
+        self.clone().request(now, cost)
+    }
+}

@@ -1,0 +1,254 @@
+//! The Redis limiter's own machinery against a real `redis-server` that the
+//! test starts on a free loopback port: store-down policies through a kill
+//! and restart, timeouts, automatic reconnection, NOSCRIPT reloads, the
+//! local over-limit cache, key TTLs and the blocking API.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use rategate::redis::{
+    BlockingRedisLimiter, RedisLimiter, RedisStats, Source, StoreDown, TimeSource,
+};
+use rategate::{ManualClock, Quota, TokenBucket};
+use redis_server::RedisServer;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn limiter(
+    server: &RedisServer,
+    quota: Quota,
+    policy: StoreDown,
+) -> RedisLimiter<TokenBucket> {
+    RedisLimiter::<TokenBucket>::builder(quota)
+        .url(&server.url())
+        .prefix("faults")
+        .timeout(TIMEOUT)
+        .store_down(policy)
+        .local_cache(false)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Kills Redis in the middle of a run and restarts it: while it is down
+/// every call returns within the timeout (plus scheduling slack) and the
+/// policy decides; once it is back the same limiter uses Redis again.
+fn survive_outage(policy: StoreDown, expect: Source) -> RedisStats {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut server = RedisServer::start();
+        let quota = Quota::per_minute(60).unwrap().burst(4).unwrap();
+        let limiter = limiter(&server, quota, policy).await;
+        for _ in 0..3 {
+            let d = limiter.check("k").await.unwrap();
+            assert_eq!(d.source(), Source::Redis);
+            assert!(d.is_allowed());
+        }
+
+        server.kill();
+        let mut admitted = 0;
+        for _ in 0..20 {
+            let start = Instant::now();
+            let d = limiter.check("k").await.unwrap();
+            let took = start.elapsed();
+            assert!(
+                took < TIMEOUT + Duration::from_millis(400),
+                "a call took {took:?}"
+            );
+            assert_eq!(d.source(), expect, "{d:?}");
+            admitted += u32::from(d.is_allowed());
+        }
+        match policy {
+            StoreDown::FailOpen => assert_eq!(admitted, 20),
+            StoreDown::FailClosed => assert_eq!(admitted, 0),
+            // Half the quota: a burst of 2 at 30 a minute (one every 2 s).
+            StoreDown::Insurance(_) => assert!((2..=3).contains(&admitted), "{admitted}"),
+        }
+
+        server.restart();
+        // Reconnection is automatic; the restarted server has no scripts,
+        // so the first call also exercises the NOSCRIPT reload.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let d = limiter.check("k").await.unwrap();
+            if d.source() == Source::Redis {
+                assert!(d.is_allowed(), "a fresh server has a full bucket");
+                break;
+            }
+            assert!(Instant::now() < deadline, "never reconnected");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        limiter.stats()
+    })
+}
+
+#[test]
+fn outage_fail_open() {
+    let stats = survive_outage(StoreDown::FailOpen, Source::FailOpen);
+    assert!(
+        stats.fail_open >= 20 && stats.errors >= 20 && stats.redis >= 4,
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn outage_fail_closed() {
+    let stats = survive_outage(StoreDown::FailClosed, Source::FailClosed);
+    assert!(stats.fail_closed >= 20 && stats.errors >= 20, "{stats:?}");
+}
+
+#[test]
+fn outage_insurance() {
+    let stats = survive_outage(StoreDown::Insurance(0.5), Source::Insurance);
+    assert!(stats.insurance >= 20 && stats.errors >= 20, "{stats:?}");
+}
+
+#[test]
+fn slow_redis_times_out_into_the_policy() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+        let limiter = limiter(
+            &server,
+            Quota::per_second(10).unwrap(),
+            StoreDown::FailClosed,
+        )
+        .await;
+        assert_eq!(limiter.check("k").await.unwrap().source(), Source::Redis);
+        // Block the server for a second: it accepts but does not answer.
+        let port = server.port;
+        let pause = std::thread::spawn(move || {
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "1"])
+                .output()
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let start = Instant::now();
+        let d = limiter.check("k").await.unwrap();
+        assert!(start.elapsed() < TIMEOUT + Duration::from_millis(400));
+        assert_eq!(d.source(), Source::FailClosed);
+        assert!(limiter.stats().timeouts >= 1);
+        pause.join().unwrap();
+    });
+}
+
+#[test]
+fn scripts_reload_after_flush_and_keys_expire() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let quota = Quota::per_second(2).unwrap();
+        let limiter = limiter(&server, quota, StoreDown::FailClosed).await;
+        assert_eq!(limiter.check("ttl").await.unwrap().source(), Source::Redis);
+        server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+        let d = limiter.check("ttl").await.unwrap();
+        assert_eq!(d.source(), Source::Redis, "NOSCRIPT was not handled");
+        let keys = server.cli(&["KEYS", "faults:*"]).unwrap();
+        let key = keys.lines().next().expect("the script stored a key");
+        assert!(key.contains("{ttl}"), "keys are hash-tagged: {key}");
+        let pttl: i64 = server.cli(&["PTTL", key]).unwrap().trim().parse().unwrap();
+        assert!(pttl > 0 && pttl <= 1_001, "TTL {pttl} ms");
+    });
+}
+
+#[test]
+fn local_cache_answers_denied_keys_until_retry_after() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        clock.set(1_000_000_000);
+        let limiter =
+            RedisLimiter::<TokenBucket, ManualClock>::builder(Quota::per_minute(2).unwrap())
+                .url(&server.url())
+                .prefix("cache")
+                .time(TimeSource::Client(clock.clone()))
+                .build()
+                .await
+                .unwrap();
+        assert!(limiter.check("k").await.unwrap().is_allowed());
+        assert!(limiter.check("k").await.unwrap().is_allowed());
+        let denied = limiter.check("k").await.unwrap();
+        assert_eq!(denied.source(), Source::Redis);
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.decision().retry_after(), Duration::from_secs(30));
+        let cached = limiter.check("k").await.unwrap();
+        assert_eq!(cached.source(), Source::LocalCache);
+        assert!(!cached.is_allowed());
+        assert_eq!(cached.decision().retry_after(), Duration::from_secs(30));
+        // Another key is unaffected.
+        assert_eq!(
+            limiter.check("other").await.unwrap().source(),
+            Source::Redis
+        );
+        clock.advance(Duration::from_secs(30));
+        let again = limiter.check("k").await.unwrap();
+        assert_eq!(again.source(), Source::Redis);
+        assert!(again.is_allowed());
+        assert_eq!(limiter.stats().local_cache, 1);
+        assert_eq!(limiter.stats().redis, 5);
+    });
+}
+
+#[test]
+fn blocking_api_from_a_thread_and_from_inside_a_runtime() {
+    let server = RedisServer::start();
+    let builder = RedisLimiter::<TokenBucket>::builder(Quota::per_minute(3).unwrap())
+        .url(&server.url())
+        .prefix("blocking");
+    let limiter = BlockingRedisLimiter::new(builder).unwrap();
+    let remaining: Vec<u32> = (0..3)
+        .map(|_| limiter.check("b").unwrap().decision().remaining())
+        .collect();
+    assert_eq!(remaining, [2, 1, 0]);
+    assert!(!limiter.check("b").unwrap().is_allowed());
+    // From inside another runtime: no nested block_on, no panic.
+    let rt = runtime();
+    let d = rt.block_on(async { limiter.check("c").unwrap() });
+    assert!(d.is_allowed());
+    assert!(
+        limiter.check_n("c", 4).is_err(),
+        "cost above capacity is a typed error"
+    );
+}
+
+#[test]
+fn unreachable_at_build_is_a_typed_error() {
+    let rt = runtime();
+    let port = redis_server::free_port();
+    let result = rt.block_on(
+        RedisLimiter::<TokenBucket>::builder(Quota::per_second(1).unwrap())
+            .url(&format!("redis://127.0.0.1:{port}/"))
+            .timeout(TIMEOUT)
+            .build(),
+    );
+    let error = result.unwrap_err();
+    assert!(!error.to_string().is_empty());
+    let no_server =
+        rt.block_on(RedisLimiter::<TokenBucket>::builder(Quota::per_second(1).unwrap()).build());
+    assert!(matches!(
+        no_server,
+        Err(rategate::redis::RedisError::Config(_))
+    ));
+    let bad_share = rt.block_on(
+        RedisLimiter::<TokenBucket>::builder(Quota::per_second(1).unwrap())
+            .url("redis://127.0.0.1:1/")
+            .store_down(StoreDown::Insurance(1.5))
+            .build(),
+    );
+    assert!(matches!(
+        bad_share,
+        Err(rategate::redis::RedisError::Config(_))
+    ));
+}
