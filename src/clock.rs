@@ -51,6 +51,7 @@ pub struct Monotonic {
 impl Monotonic {
     /// Returns `max(raw, every value returned before)`: a reading earlier than
     /// one already handed out counts as no time elapsed.
+    #[inline]
     pub fn clamp(&self, raw: u64) -> u64 {
         // Relaxed is enough: the mark orders nothing but itself, and all
         // operations on one atomic are totally ordered (its modification
@@ -67,13 +68,23 @@ impl Monotonic {
 
 /// The default clock: [`quanta`]'s TSC-backed clock, clamped to be monotonic.
 ///
-/// Reading the TSC costs a few nanoseconds, far less than a system call. A TSC
-/// read on one core can be slightly earlier than one read just before on
-/// another core; a shared high-water mark turns such a step back into "no
-/// time elapsed", so a limiter never sees time go backwards (which would cause
-/// spurious denials or, in window algorithms, a window that seems to reopen).
+/// Reading the TSC costs a few nanoseconds, far less than a system call. A
+/// TSC read on one core can be slightly earlier than one read just before on
+/// another core, so a thread that migrates between cores could see time step
+/// back (governor's issue 299). Two clamps are offered:
 ///
-/// Clones share the origin and the high-water mark.
+/// * [`QuantaClock::new`] (the default) keeps a per-thread high-water mark of
+///   the raw counter: no thread ever sees time go back, and a reading costs no
+///   shared write. Across threads no clock can do better than this anyway:
+///   between reading the clock and applying the decision a thread can be
+///   overtaken, so decisions on one key may arrive out of clock order, and
+///   every algorithm treats a time earlier than its state's as no time
+///   elapsed (never granting extra).
+/// * [`QuantaClock::strict`] also keeps a high-water mark shared by all
+///   threads, so readings are totally ordered across threads; it costs an
+///   atomic read-modify-write on one shared cache line per advancing reading.
+///
+/// Clones share the origin (and the shared mark).
 ///
 /// # Examples
 ///
@@ -94,21 +105,56 @@ pub struct QuantaClock {
 struct QuantaInner {
     clock: quanta::Clock,
     origin: u64,
-    mark: Monotonic,
+    /// `Some` for [`QuantaClock::strict`].
+    shared: Option<Monotonic>,
+}
+
+#[cfg(not(rategate_loom))]
+std::thread_local! {
+    /// The largest raw counter value this thread has read. Raw values are
+    /// the TSC (or the OS monotonic clock quanta falls back to), one scale
+    /// for every `quanta::Clock` in the process, so one mark serves all.
+    static LAST_RAW: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl QuantaClock {
-    /// A new clock whose origin is now.
+    /// A new clock whose origin is now, clamped per thread.
     pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// A new clock whose origin is now, clamped by a high-water mark shared
+    /// by all threads (readings totally ordered across threads).
+    pub fn strict() -> Self {
+        Self::build(Some(Monotonic::default()))
+    }
+
+    fn build(shared: Option<Monotonic>) -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.raw();
         QuantaClock {
             inner: Arc::new(QuantaInner {
                 clock,
                 origin,
-                mark: Monotonic::default(),
+                shared,
             }),
         }
+    }
+
+    #[cfg(not(rategate_loom))]
+    #[inline]
+    fn thread_clamped_raw(&self) -> u64 {
+        let raw = self.inner.clock.raw();
+        LAST_RAW.with(|last| {
+            let clamped = raw.max(last.get());
+            last.set(clamped);
+            clamped
+        })
+    }
+
+    #[cfg(rategate_loom)]
+    fn thread_clamped_raw(&self) -> u64 {
+        self.inner.clock.raw()
     }
 }
 
@@ -122,8 +168,15 @@ impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> u64 {
         let inner = &*self.inner;
-        let raw = inner.clock.delta_as_nanos(inner.origin, inner.clock.raw());
-        inner.mark.clamp(raw)
+        // A raw value below the origin (a lagging core just after creation)
+        // gives 0: quanta saturates the delta.
+        let nanos = inner
+            .clock
+            .delta_as_nanos(inner.origin, self.thread_clamped_raw());
+        match &inner.shared {
+            None => nanos,
+            Some(mark) => mark.clamp(nanos),
+        }
     }
 }
 
@@ -284,6 +337,40 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(2));
         assert!(clock.now() >= last + 1_000_000);
+    }
+
+    #[test]
+    fn strict_quanta_clock_is_monotonic_across_threads() {
+        let clock = QuantaClock::strict();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let clock = clock.clone();
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    for _ in 0..10_000 {
+                        let now = clock.now();
+                        assert!(now >= last);
+                        last = now;
+                    }
+                    last
+                })
+            })
+            .collect();
+        let latest = handles.into_iter().map(|h| h.join().unwrap()).max().unwrap();
+        assert!(clock.now() >= latest);
+    }
+
+    #[test]
+    fn per_thread_clamp_survives_a_counter_step_back() {
+        // Simulate a migration to a lagging core: the thread's mark is ahead
+        // of what the counter now reads.
+        let clock = QuantaClock::new();
+        let ahead = clock.inner.clock.raw() + 1_000_000_000;
+        LAST_RAW.with(|last| last.set(ahead));
+        let a = clock.now();
+        let b = clock.now();
+        assert!(b >= a);
+        assert!(a >= clock.inner.clock.delta_as_nanos(clock.inner.origin, ahead));
     }
 
     #[test]

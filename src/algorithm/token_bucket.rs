@@ -9,7 +9,7 @@
 //! tolerance `tau`). This is exactly a token bucket of `capacity` tokens
 //! refilled one per `T`, without a timer and in one word.
 
-use super::{Algorithm, check_cost};
+use super::{Algorithm, Divisor, check_cost};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
@@ -46,6 +46,8 @@ pub struct TokenBucket {
     capacity: u32,
     /// `capacity x interval`, checked not to overflow.
     tau: u64,
+    /// Division by `interval` without a hardware divide.
+    per_interval: Divisor,
 }
 
 impl TokenBucket {
@@ -65,13 +67,13 @@ impl TokenBucket {
         let new_tat = base.checked_add(increment);
         let ahead = new_tat.map_or(u64::MAX, |t| t - now);
         if let (Some(new_tat), true) = (new_tat, ahead <= self.tau) {
-            let remaining = (self.tau - ahead) / self.interval;
+            let remaining = self.per_interval.divide(self.tau - ahead);
             // remaining <= capacity, which is a u32.
             let decision = Decision::allow(self.capacity, remaining as u32, ahead);
             (decision, Some(new_tat))
         } else {
             let used = base - now;
-            let remaining = self.tau.saturating_sub(used) / self.interval;
+            let remaining = self.per_interval.divide(self.tau.saturating_sub(used));
             // A TAT past u64::MAX stays past it at any later `now`: the
             // request never passes (u64::MAX: never).
             let retry_after = new_tat.map_or(u64::MAX, |_| ahead - self.tau);
@@ -95,6 +97,7 @@ impl Algorithm for TokenBucket {
             interval,
             capacity,
             tau,
+            per_interval: Divisor::new(interval),
         })
     }
 
