@@ -356,7 +356,11 @@ mod tests {
                 })
             })
             .collect();
-        let latest = handles.into_iter().map(|h| h.join().unwrap()).max().unwrap();
+        let latest = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap();
         assert!(clock.now() >= latest);
     }
 

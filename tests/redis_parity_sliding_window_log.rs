@@ -12,7 +12,7 @@ mod redis_server;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use rategate::redis::{RedisError, RedisLimiter, Source, TimeSource};
+use rategate::redis::{RedisAlgorithm, RedisError, RedisLimiter, Source, TimeSource};
 use rategate::{Clock, Decision, ManualClock, Quota, RateLimiter, SlidingWindowLog};
 use redis_server::{RedisCluster, RedisServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -97,12 +97,10 @@ fn traces() -> impl Strategy<Value = Trace> {
         0..KEYS,
         prop_oneof![3 => Just(1u32), 2 => 0u32..7],
     );
-    (1u32..6, period, prop::collection::vec(step, 1..60)).prop_map(|(limit, period, steps)| {
-        Trace {
-            limit,
-            period,
-            steps,
-        }
+    (1u32..6, period, prop::collection::vec(step, 1..60)).prop_map(|(limit, period, steps)| Trace {
+        limit,
+        period,
+        steps,
     })
 }
 
@@ -242,8 +240,10 @@ async fn hammer(target: &Target<'_>) {
             tokio::spawn(async move {
                 let mut admitted = 0;
                 for _ in 0..3 {
-                    let d = limiter.check("hot").await.unwrap();
-                    assert_eq!(d.source(), Source::Redis);
+                    let d = limiter
+                        .check_redis("hot", 1)
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
                     admitted += u32::from(d.is_allowed());
                 }
                 admitted
@@ -304,26 +304,56 @@ fn server_time_smoke() {
             .trim()
             .parse()
             .unwrap();
-        assert!(
-            (3_590_000..=3_601_000).contains(&pttl),
-            "TTL {pttl} ms"
-        );
+        assert!((3_590_000..=3_601_000).contains(&pttl), "TTL {pttl} ms");
     });
 }
 
-/// Times whose window would end at 2^53 ticks or later are refused.
+/// Every client time below 2^52 is served, with the longest period; the
+/// script itself refuses a time whose window would end at 2^53 or later.
 #[test]
-fn time_past_lua_exact_integers_is_an_error() {
+fn times_at_the_edge_of_lua_exact_integers() {
     let server = RedisServer::start();
     runtime().block_on(async {
         let clock = ManualClock::new();
-        let quota = Quota::per_second(1).unwrap();
+        let period = 1u64 << 51;
+        let quota = Quota::with_period(1, Duration::from_nanos(period)).unwrap();
         let redis = limiter(&Target::Single(&server), quota, "edge", &clock).await;
-        let exact = 1u64 << 53;
-        clock.set(exact - 1_000_000_001);
-        assert!(redis.check_redis("k", 1).await.unwrap().is_allowed());
-        clock.set(exact - 1_000_000_000);
+        clock.set((1 << 52) - 1);
+        let d = redis.check_redis("k", 1).await.unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(d.reset_after_nanos(), period);
+        let d = redis.check_redis("k", 1).await.unwrap();
+        assert_eq!(d.retry_after_nanos(), period);
+        clock.set(1 << 52);
         let err = redis.check_redis("k", 1).await.unwrap_err();
-        assert!(matches!(err, RedisError::Redis(_)), "{err:?}");
+        assert!(matches!(err, RedisError::TimeOutOfRange(_)), "{err:?}");
+
+        // The script, called directly past what the limiter sends.
+        let mut con = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let params = SlidingWindowLog::script_params(&quota, 1).unwrap();
+        let script = redis::Script::new(SlidingWindowLog::SCRIPT);
+        let call = |now: u64| {
+            let mut invocation = script.prepare_invoke();
+            invocation.key("raw").arg(now).arg(1);
+            for p in &params {
+                invocation.arg(*p);
+            }
+            invocation
+        };
+        let exact = 1u64 << 53;
+        let served: Vec<i64> = call(exact - period - 1)
+            .invoke_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(served, [1, 1, 0, period as i64, 0, 0]);
+        let refused = call(exact - period)
+            .invoke_async::<Vec<i64>>(&mut con)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("out of range"), "{refused}");
     });
 }

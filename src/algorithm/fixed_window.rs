@@ -127,6 +127,30 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// The window a stored `word` counts in, judged from `now`'s window,
+    /// and its count; a count of 0 (a fresh state) is reported in `now`'s
+    /// window. For the batched Redis sync, which folds other nodes'
+    /// admissions into a key's state.
+    #[cfg(feature = "redis")]
+    pub(crate) fn stored(&self, word: u64, now: u64) -> (u64, u64) {
+        let count = word & ((1 << self.count_bits) - 1);
+        let current = now / self.period;
+        if count == 0 {
+            (current, 0)
+        } else {
+            (self.tag.untag(word >> self.count_bits, current), count)
+        }
+    }
+
+    /// The word holding `count` (clamped to the limit) in `window` (a
+    /// window the clock can reach).
+    #[cfg(feature = "redis")]
+    pub(crate) fn word(&self, window: u64, count: u64) -> u64 {
+        (self.tag.tag(window) << self.count_bits) | count.min(u64::from(self.limit))
+    }
+}
+
 /// `bits(n)`: the number of bits needed to hold any value up to `n`.
 #[inline]
 pub(super) fn bits_for(n: u32) -> u32 {

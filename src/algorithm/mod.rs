@@ -118,7 +118,17 @@ mod tests {
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             z ^ (z >> 31)
         };
-        let edges = [1, 2, 3, 7, 1_000, 600_000_000, u64::MAX / 3, u64::MAX - 1, u64::MAX];
+        let edges = [
+            1,
+            2,
+            3,
+            7,
+            1_000,
+            600_000_000,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
         for &d in &edges {
             let div = Divisor::new(d);
             for &n in &edges {

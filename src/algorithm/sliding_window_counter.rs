@@ -108,11 +108,13 @@ pub struct SlidingWindowCounter {
 }
 
 /// A decoded state: the window it describes and its two counts.
-#[derive(Debug, Clone, Copy)]
-struct Counts {
-    window: u64,
-    current: u64,
-    previous: u64,
+/// Crate-visible, with `pack` and `counts_at`, for the batched Redis sync,
+/// which folds other nodes' counts into a key's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) window: u64,
+    pub(crate) current: u64,
+    pub(crate) previous: u64,
 }
 
 impl SlidingWindowCounter {
@@ -122,13 +124,13 @@ impl SlidingWindowCounter {
         (word >> (2 * b), (word >> b) & mask, word & mask)
     }
 
-    fn pack(&self, counts: Counts) -> u64 {
+    pub(crate) fn pack(&self, counts: Counts) -> u64 {
         let b = self.count_bits;
         (self.tag.tag(counts.window) << (2 * b)) | (counts.current << b) | counts.previous
     }
 
     /// The counts as seen from window `now_window`.
-    fn counts_at(&self, word: u64, now_window: u64) -> Counts {
+    pub(crate) fn counts_at(&self, word: u64, now_window: u64) -> Counts {
         let (tag, current, previous) = self.unpack(word);
         let fresh = Counts {
             window: now_window,

@@ -22,11 +22,15 @@
 mod algorithm;
 mod algorithms;
 mod error;
+mod lease;
 mod limiter;
+pub mod synced;
 
 pub use algorithm::{LUA_EXACT, RedisAlgorithm};
 pub use error::RedisError;
+pub use lease::{LeaseBuilder, LeaseStats, LeasedLimiter};
 pub use limiter::{
     BlockingRedisLimiter, RedisDecision, RedisLimiter, RedisLimiterBuilder, RedisStats, Source,
     StoreDown, TimeSource,
 };
+pub use synced::{SyncAlgorithm, SyncStats, SyncedBuilder, SyncedLimiter, WallClock};

@@ -180,11 +180,7 @@ pub struct Trace {
 
 /// Traces over the quotas of `quotas`.
 pub fn traces(quotas: impl Strategy<Value = Quota>) -> impl Strategy<Value = Trace> {
-    let start = prop_oneof![
-        Just(0u64),
-        Just(1u64 << 40),
-        0u64..TIME_CAP / 2,
-    ];
+    let start = prop_oneof![Just(0u64), Just(1u64 << 40), 0u64..TIME_CAP / 2,];
     let step = (
         prop_oneof![
             3 => Just(Move::Stay),
@@ -228,7 +224,8 @@ fn advance(now: u64, step: &Move, quota: &Quota, last: &Decision, start: u64) ->
             } else {
                 last.reset_after_nanos()
             };
-            now.checked_add(by).map(|t| t.saturating_add_signed(d.into()))
+            now.checked_add(by)
+                .map(|t| t.saturating_add_signed(d.into()))
         }
         Move::Back(n) => Some(now.saturating_sub(fraction(n) + 1)),
         Move::Far(n) => p.checked_mul(n).and_then(|t| now.checked_add(t)),
@@ -273,7 +270,8 @@ pub async fn parity<A: Algorithm, R: RedisAlgorithm>(
     Ok(())
 }
 
-/// `cases` random traces through [`parity`].
+/// `cases` random traces through [`parity`] (`PROPTEST_CASES` overrides,
+/// for longer runs).
 pub fn parity_on<A: Algorithm, R: RedisAlgorithm>(
     target: Target<'_>,
     quotas: impl Strategy<Value = Quota>,
@@ -282,6 +280,10 @@ pub fn parity_on<A: Algorithm, R: RedisAlgorithm>(
 ) {
     let rt = runtime();
     let case = AtomicUsize::new(0);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(cases);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -293,6 +295,27 @@ pub fn parity_on<A: Algorithm, R: RedisAlgorithm>(
             rt.block_on(parity::<A, R>(&target, &trace, &prefix))
         })
         .unwrap();
+}
+
+/// Replays `steps` of `(now, cost)` on one key through the in-memory
+/// `RateLimiter<A>` and the `RedisLimiter<R>` (client time), comparing every
+/// decision: hand-picked edge cases.
+pub async fn replay<A: Algorithm, R: RedisAlgorithm>(
+    server: &RedisServer,
+    quota: Quota,
+    prefix: &str,
+    steps: &[(u64, u32)],
+) {
+    let clock = ManualClock::new();
+    let redis = client_limiter::<R>(&Target::Single(server), quota, prefix, &clock).await;
+    let memory = RateLimiter::<A, _>::with_clock(quota, clock.clone()).unwrap();
+    for (i, &(now, cost)) in steps.iter().enumerate() {
+        clock.set(now);
+        let want = memory.check_n(cost).unwrap();
+        let got = redis.check_n("k", cost).await.unwrap();
+        assert_eq!(got.source(), Source::Redis, "step {i}: the script failed");
+        assert_eq!(got.decision(), want, "step {i} at {now} ns, cost {cost}");
+    }
 }
 
 /// 64 tasks over 4 limiters (4 connections) at one frozen time, each

@@ -30,15 +30,16 @@ const TTL_GRACE_MS: i64 = 1_000;
 ///
 /// As in memory: a rate below one request per 1000 s is refused with
 /// [`QuotaError::RateTooLow`], a burst above [`LeakyBucket::MAX_BURST`] with
-/// [`QuotaError::LimitTooLarge`]. Times are exact doubles below 2^53 ticks:
-/// the script refuses (an error reply) a request at `2^53 - horizon` ticks or
-/// later, where the horizon is the longest drain, of a full bucket plus one
-/// request (`(burst + 1) x 10^6 / rate` ms, rounded up: one second for
-/// `1r/s`, at most 97 days). A horizon of 2^53 ticks or more is refused with
-/// [`QuotaError::BurstOverflow`] (it cannot happen within the limits above).
-/// The in-memory word stops its clock after 2^41 ms (69.7 years) from the
-/// clock's origin; the hash does not, which only matters for server time
-/// past 2039.
+/// [`QuotaError::LimitTooLarge`]. Times are exact doubles below 2^53 ticks.
+/// The horizon, the longest drain (of a full bucket plus one request:
+/// `(burst + 1) x 10^6 / rate` ms, rounded up; one second for `1r/s`), must
+/// be at most 2^51 ticks (26 days in nanosecond ticks, 71 years in
+/// microseconds), else [`QuotaError::BurstOverflow`], so that every `now`
+/// below 2^52 ticks is served (server time, in microseconds since 1970,
+/// reaches 2^52 in the year 2112); the script refuses (an error reply) a
+/// request at `2^53 - horizon` ticks or later. The in-memory word stops its
+/// clock after 2^41 ms (69.7 years) from the clock's origin; the hash does
+/// not, which only matters for server time past 2039.
 ///
 /// # Examples
 ///
@@ -76,10 +77,13 @@ impl RedisAlgorithm for LeakyBucket {
         let delay = u64::from(delay) * UNIT;
         // The longest drain, in ms: below 2^34 since burst + 1000 < 2^24.
         let horizon = ((burst + UNIT) * UNIT).div_ceil(rate);
-        if horizon.checked_mul(ticks_per_ms).is_none_or(|t| t >= LUA_EXACT) {
+        if horizon
+            .checked_mul(ticks_per_ms)
+            .is_none_or(|t| t > LUA_EXACT / 4)
+        {
             return Err(QuotaError::BurstOverflow);
         }
-        // All below 2^53: the casts are exact.
+        // All below 2^53 (the rate at most 10^12): the casts are exact.
         Ok(vec![
             rate as i64,
             burst as i64,
@@ -123,8 +127,14 @@ mod tests {
                 LeakyBucket::from_quota(&q).unwrap_err()
             );
         }
-        // The slowest rate with the largest burst still fits 2^53 ns.
+        // The horizon: (burst + 1) x 10^6 ms at the slowest rate, at most
+        // 2^51 ticks.
+        assert!(params("1/1000s burst=2250", 1).is_ok());
+        assert_eq!(
+            params("1/1000s burst=2251", 1),
+            Err(QuotaError::BurstOverflow)
+        );
         let slowest = format!("1/1000s burst={}", LeakyBucket::MAX_BURST);
-        assert!(params(&slowest, 1).is_ok());
+        assert!(params(&slowest, 1_000).is_ok());
     }
 }

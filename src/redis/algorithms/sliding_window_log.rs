@@ -27,10 +27,12 @@ const TTL_GRACE_MS: i64 = 1_000;
 ///
 /// # Limits
 ///
-/// Times are exact doubles below 2^53 ticks: a period of 2^53 ticks or more
-/// (104 days in nanosecond ticks, 285 years in microseconds) is refused with
-/// [`QuotaError::PeriodOverflow`], and the script refuses (an error reply) a
-/// request whose time, `max(now, latest)`, is `2^53 - period` ticks or later.
+/// Times are exact doubles below 2^53 ticks. A period above 2^51 ticks (26
+/// days in nanosecond ticks, 71 years in microseconds) is refused with
+/// [`QuotaError::PeriodOverflow`], so that every `now` below 2^52 ticks is
+/// served (server time, in microseconds since 1970, reaches 2^52 in the year
+/// 2112); the script refuses (an error reply) a request whose time,
+/// `max(now, latest)`, is `2^53 - period` ticks or later.
 ///
 /// # Examples
 ///
@@ -59,10 +61,10 @@ impl RedisAlgorithm for SlidingWindowLog {
         SlidingWindowLog::from_quota(quota)?;
         let tick_nanos = tick_nanos.max(1);
         let period = quota.period_nanos().div_ceil(tick_nanos);
-        if period >= LUA_EXACT {
+        if period > LUA_EXACT / 4 {
             return Err(QuotaError::PeriodOverflow);
         }
-        // Both are below 2^53: the casts are exact.
+        // The period is at most 2^51: the casts are exact.
         Ok(vec![
             i64::from(quota.limit()),
             period as i64,
@@ -92,10 +94,10 @@ mod tests {
     }
 
     #[test]
-    fn periods_past_lua_exact_integers_are_refused() {
-        let edge = Quota::with_period(1, Duration::from_nanos(LUA_EXACT - 1)).unwrap();
+    fn periods_past_a_quarter_of_the_exact_range_are_refused() {
+        let edge = Quota::with_period(1, Duration::from_nanos(LUA_EXACT / 4)).unwrap();
         assert!(SlidingWindowLog::script_params(&edge, 1).is_ok());
-        let over = Quota::with_period(1, Duration::from_nanos(LUA_EXACT)).unwrap();
+        let over = Quota::with_period(1, Duration::from_nanos(LUA_EXACT / 4 + 1)).unwrap();
         assert_eq!(
             SlidingWindowLog::script_params(&over, 1),
             Err(QuotaError::PeriodOverflow)

@@ -22,7 +22,8 @@
 -- nothing. A reading earlier than `last` counts as ms = 0.
 --
 -- Every value is a whole number below 2^53. The longest drain, of a full
--- bucket plus one request, is `horizon` ms: a request at now >= 2^53 -
+-- bucket plus one request, is `horizon` ms (at most 2^51 ticks, so every
+-- `now` below 2^52 is served): a request at now >= 2^53 -
 -- horizon x ticks-per-ms is refused with an error reply, so every stored
 -- `last` and every millisecond the durations reach, at most last + horizon,
 -- are below 2^53 ticks. The leak rate x ms is only computed when it is below

@@ -9,7 +9,7 @@
 -- ARGV[1]  now in ticks, or -1: the server's TIME in microseconds
 -- ARGV[2]  cost, at most the limit
 -- ARGV[3]  limit: the most cost in any window, at least 1; also the capacity
--- ARGV[4]  period: the window length in ticks, 1 to 2^53 - 1
+-- ARGV[4]  period: the window length in ticks, 1 to 2^51
 -- ARGV[5]  ticks per millisecond, for the TTL, at least 1
 -- ARGV[6]  grace in milliseconds, added to every TTL (0: exact TTLs)
 -- Returns {allowed, limit, remaining, reset_after, retry_after, delay}.
@@ -19,7 +19,8 @@
 -- time elapsed): admissions are recorded at it and entries dropped at it stay
 -- dropped; durations are still measured from the `now` given.
 --
--- Every value is a whole number below 2^53: a request whose time,
+-- Every value is a whole number below 2^53 (every `now` below 2^52 is
+-- served, as the period is at most 2^51): a request whose time,
 -- max(now, latest), is 2^53 - period or later is refused with an error reply,
 -- so stored times t satisfy t + period < 2^53 and each duration
 -- t + period - now is below 2^53. Each check stores the new latest reading
@@ -96,7 +97,7 @@ end
 
 -- Advance: the log's clock moves to `at` (never back), and the entries
 -- expired at `at` (time <= at - period) are dropped.
-local at = now
+local at = math.max(now, latest)
 if at >= EXACT - period then
   return redis.error_reply('ERR now out of range (below 2^53 - period ticks)')
 end

@@ -1,0 +1,979 @@
+//! Batched sync: local, lock-free decisions, reconciled with Redis in one
+//! round trip per node every interval.
+//!
+//! A [`SyncedLimiter`] decides every request in memory, with the algorithm's
+//! own `check` on the key's atomic state, exactly as a
+//! [`KeyedRateLimiter`](crate::KeyedRateLimiter) does: nanoseconds, no
+//! network. A background tokio task wakes every interval (1 s by default),
+//! takes the keys checked since the last sync with the units each admitted
+//! locally, sends them all to Redis in one Lua call (on a Redis Cluster, one
+//! pipeline per master: one round trip per node), and brings back each key's
+//! global usage. The other nodes' share of it is folded into the local
+//! state, so a local decision counts *global usage at the last sync plus
+//! local usage since*.
+//!
+//! # Algorithms
+//!
+//! [`SyncAlgorithm`] is implemented for:
+//!
+//! * [`FixedWindow`](crate::FixedWindow): Redis holds one counter per key and
+//!   window (`INCRBY` of the node's delta, with a TTL), and each node adds the
+//!   other nodes' increase to its window count.
+//! * [`SlidingWindowCounter`](crate::SlidingWindowCounter): the same
+//!   counters, for the current and the previous window, folded into the
+//!   state's two counts.
+//! * [`TokenBucket`](crate::TokenBucket) (GCRA): Redis holds a global
+//!   theoretical arrival time (TAT). A node sends the debt it added, `cost x
+//!   emission interval` summed over its admissions, and its local TAT; Redis
+//!   keeps `max(TAT + debt, local TAT)`: debts stack, so every admission is
+//!   paid for once, and a local TAT ahead of an idle global one still counts.
+//!   The node then sets its TAT to `max(local, global + its advance since the
+//!   sync)`, an advance being counted from the later of its TAT at the sync
+//!   and the sync's time (so refill during idleness is not taken for use).
+//!   Times travel in microseconds, rounded up (at most 1 µs of extra debt
+//!   per key and sync).
+//!
+//! Not supported, and why:
+//!
+//! * [`SlidingWindowLog`](crate::SlidingWindowLog): its decisions depend on
+//!   every admission's timestamp, so a sync would have to ship (and every
+//!   node keep) the whole log: as many entries as the limit per key, not a
+//!   delta.
+//! * [`LeakyBucket`](crate::LeakyBucket): its level drains in arrival order,
+//!   and in delay mode each admission's delay depends on exactly which
+//!   requests came before it; requests spread over nodes have no such order
+//!   until they reach Redis, so deltas cannot be merged after the fact
+//!   (merging them as a token bucket would drop the delays, which are the
+//!   point of the algorithm).
+//!
+//! # Overshoot bound
+//!
+//! Synced limits are soft: between syncs a node does not see what the
+//! others admit. Let `I` be the sync interval, `δ` the longest sync round
+//! trip (at most the [timeout](SyncedBuilder::timeout)), and `a_i(x)` the
+//! most node `i` admits for a key during any span of length `x`. While every
+//! sync succeeds on schedule:
+//!
+//! > Whenever one limiter would admit at most `B` (fixed window: `limit` per
+//! > window; sliding window counter: an estimate of at most `limit`; token
+//! > bucket: `capacity + t / T` over any span `t`, `T` the emission
+//! > interval), all nodes together admit at most
+//! > `B + Σ_{i ≠ j} a_i(2 (I + δ))` for some node `j`.
+//!
+//! Derivation. After a sync that Redis executes at `τ`, the node's count is
+//! `R(τ) + s`: Redis's total at `τ` (every node's admissions up to its last
+//! sync executed before `τ`) plus the node's own admissions since it took its
+//! deltas (the fold adds exactly the others' increase, by compare-exchange,
+//! so concurrent admissions are kept). It admits only while that is within
+//! the limit. Take the last admission of the span, by node `j` at `t`, and
+//! `j`'s last sync before it, executed at `τ_j`. Everything admitted is either
+//! in `R(τ_j)`, or `j`'s own since (both within the limit by `j`'s check), or
+//! another node `i`'s admissions that `R(τ_j)` misses: those after `i`'s last
+//! sync executed before `τ_j`. That sync took its deltas after
+//! `τ_j - (I + δ)`, and `t < τ_j + I + δ` (`j`'s next sync would have
+//! folded by then), so they lie in a span shorter than `2 (I + δ)`. For the
+//! token bucket the same holds of debt: Redis's TAT is at least
+//! `t₀ + T x (cost admitted since t₀)` for every `t₀` (debts stack; the
+//! local TAT covers a refilled bucket), so `j`'s check bounds all but the
+//! missed admissions by `capacity + (t - t₀) / T`.
+//!
+//! In numbers: `a_i(x)` is at most node `i`'s offered load over `x`, and at
+//! most `limit` per window (fixed window) or `capacity + x / T` (token
+//! bucket, whose local TAT refills at the quota's rate whatever others do).
+//! With `N` nodes each offered `λ` requests a second, the overshoot is at
+//! most `(N - 1) x min(limit, 2 λ (I + δ))` per window for the fixed window;
+//! for the token bucket at most `(N - 1) x min(λ, rate) x 2 (I + δ)` over any
+//! span under steady overload (where every node's bucket is empty after each
+//! sync and refills at `rate = 1 / T`), *not* per window: debt beyond the
+//! capacity pushes the global TAT into the future and every node denies
+//! until it is paid back. So at `N = 4`, 100 requests/s, `I = 1 s`: up to 600
+//! extra admissions per token-bucket burst, repaid within the next
+//! interval; a fixed window of 100/s synced every second is no limit at all
+//! (each node may admit the whole window's limit before the first sync), so
+//! make the interval a small fraction of the period. `examples/multi_node.rs`
+//! measures it.
+//!
+//! What the bound leaves out: a node's first check of a key starts from an
+//! empty local state (it learns the global usage at its first sync); counts
+//! are clamped to the limit, so the sliding window counter forgets any
+//! overshoot beyond the limit when it weighs the previous window; admissions
+//! that race with a sync can be sent twice (counted twice: conservative).
+//!
+//! # Redis unreachable
+//!
+//! Every call has a [timeout](SyncedBuilder::timeout). When a sync fails,
+//! the taken deltas go back into the keys' pending units (deltas of windows
+//! that no decision can see any more are dropped), decisions go on locally,
+//! and with an [outage share](SyncedBuilder::outage_share) below 1 each key
+//! is also held to that share of its quota by a local limiter until a sync
+//! succeeds (with `N` nodes, `1 / N` keeps the global rate near the limit).
+//! The next successful sync reconciles: Redis gets every kept delta. If Redis
+//! came back empty (a restart without persistence), a total below what the
+//! node already knew is taken as a fresh start: everything in it but the
+//! node's own delta is news from other nodes. A timed-out call that did
+//! reach Redis is sent again (counted twice: conservative).
+//!
+//! # Redis keys
+//!
+//! `{prefix}:{<key>}:sync:<window>` (window algorithms, one per window, TTL
+//! the window's life plus 1 s) and `{prefix}:{<key>}:sync` (token bucket,
+//! TTL until its TAT has passed plus 1 s). The `{...}` hash tag keeps a key
+//! in one Cluster slot.
+//!
+//! # Clocks
+//!
+//! Windows and TATs are compared across nodes, so every node's clock must
+//! share one origin: the default [`WallClock`] counts nanoseconds since the
+//! Unix epoch (nodes agree to within their NTP error), and tests use one
+//! [`ManualClock`](crate::ManualClock) for all nodes.
+
+mod merge;
+pub(crate) mod store;
+mod wall_clock;
+
+pub use wall_clock::WallClock;
+
+use super::RedisError;
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota};
+use dashmap::DashMap;
+use merge::{Pending, Sealed, Shape};
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+use store::{Lua, Record, Store, Target};
+
+/// An algorithm a [`SyncedLimiter`] can sync: [`FixedWindow`](crate::FixedWindow),
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and
+/// [`TokenBucket`](crate::TokenBucket). Sealed; the [module docs](self) say
+/// why the others are not.
+pub trait SyncAlgorithm: Sealed {}
+
+impl SyncAlgorithm for crate::FixedWindow {}
+impl SyncAlgorithm for crate::SlidingWindowCounter {}
+impl SyncAlgorithm for crate::TokenBucket {}
+
+/// A random incarnation id for the Redis hashes a sync creates: below
+/// 2^52 (exact in Lua), never 0 (which means "no hash").
+fn incarnation() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    let bits = hasher.finish() & ((1 << 52) - 1);
+    // At most 2^52: fits an i64.
+    bits.max(1) as i64
+}
+
+/// Syncs in which a key checked (but admitting nothing) is still synced,
+/// so that a node that only denies learns when room frees up.
+const LINGER: u64 = 2;
+
+/// The TTL margin for clock skew between nodes, in milliseconds.
+const TTL_MARGIN_MS: i64 = 1_000;
+
+/// Counters of a [`SyncedLimiter`], read with [`SyncedLimiter::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Sync rounds that reached Redis and succeeded (rounds with nothing
+    /// to send are not counted).
+    pub syncs: u64,
+    /// Keys synced, summed over successful rounds.
+    pub keys_synced: u64,
+    /// Round trips to Redis (one per node per round, plus script reloads).
+    pub round_trips: u64,
+    /// Failed round trips (connection errors, error replies, timeouts).
+    pub errors: u64,
+    /// Of [`errors`](SyncStats::errors), those that timed out.
+    pub timeouts: u64,
+    /// How long the last round's Redis exchange took, success or failure.
+    pub last_sync_latency: Duration,
+    /// Units of windows that no decision could see any more when they were
+    /// to be sent (after a long outage, or with an interval beyond the
+    /// period): dropped, not sent.
+    pub stale_units: u64,
+    /// Whether the last round failed: decisions are local only (and held
+    /// to the outage share) until a sync succeeds.
+    pub degraded: bool,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    syncs: AtomicU64,
+    keys_synced: AtomicU64,
+    round_trips: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    last_latency_nanos: AtomicU64,
+    stale_units: AtomicU64,
+}
+
+/// One key: its algorithm state, what it has not sent yet, and what the
+/// sync last learnt.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The algorithm's state: global usage at the last sync plus local
+    /// usage since, decided on by the algorithm's `check`.
+    state: AtomicU64,
+    /// Window algorithms: admitted units not sent yet, per window.
+    pending: Pending,
+    /// Token bucket: admitted cost not sent yet.
+    units: AtomicU64,
+    /// Syncs left in which to sync this key even without pending units;
+    /// reset to [`LINGER`] by every check.
+    linger: AtomicU64,
+    /// Window algorithms: per window, the global total this node has folded
+    /// in (its own sent units included) and the incarnation id of the Redis
+    /// hash it came from. Only the sync, serialized by the sync lock,
+    /// touches it.
+    seen: Mutex<Vec<Seen>>,
+}
+
+/// What a node knows of one window of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    window: u64,
+    total: u64,
+    incarnation: u64,
+}
+
+/// What one sync took from one key.
+struct Taken {
+    entry: Arc<Entry>,
+    /// Window algorithms: `(window, units)`, one per record.
+    windows: Vec<(u64, u64)>,
+    /// Token bucket: the cost taken and the fold's reference time.
+    units: u64,
+    reference: u64,
+    /// Index of the key's first record in the batch.
+    first: usize,
+}
+
+/// A keyed rate limiter that decides locally and syncs usage with Redis in
+/// batches; see the [module docs](self) for the design and its overshoot
+/// bound.
+///
+/// Cheap to clone; clones share the keys, the connection and the sync task.
+/// The task stops when the last clone is dropped; call
+/// [`shutdown`](SyncedLimiter::shutdown) first to flush what was not sent.
+///
+/// # Examples
+///
+/// ```no_run
+/// use rategate::redis::SyncedLimiter;
+/// use rategate::{Quota, SlidingWindowCounter};
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = SyncedLimiter::<SlidingWindowCounter>::builder(Quota::per_minute(600)?)
+///     .url("redis://127.0.0.1:6379/")
+///     .interval(Duration::from_millis(200))
+///     .outage_share(0.25) // four app servers
+///     .build()
+///     .await?;
+/// let decision = limiter.check("api-key-7"); // local: no await
+/// assert!(decision.is_allowed());
+/// limiter.shutdown().await?; // flushes the last deltas
+/// # Ok(())
+/// # }
+/// ```
+pub struct SyncedLimiter<A: SyncAlgorithm, C: Clock = WallClock> {
+    handle: Arc<Handle<A, C>>,
+}
+
+impl<A: SyncAlgorithm, C: Clock> Clone for SyncedLimiter<A, C> {
+    fn clone(&self) -> Self {
+        SyncedLimiter {
+            handle: Arc::clone(&self.handle),
+        }
+    }
+}
+
+impl<A: SyncAlgorithm, C: Clock> fmt::Debug for SyncedLimiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.handle.inner;
+        f.debug_struct("SyncedLimiter")
+            .field("quota", &inner.quota)
+            .field("prefix", &inner.prefix)
+            .field("interval", &inner.interval)
+            .field("keys", &inner.map.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Owns the task; dropping the last limiter clone stops it.
+struct Handle<A: SyncAlgorithm, C: Clock> {
+    inner: Arc<Inner<A, C>>,
+    task: Mutex<Option<Task>>,
+}
+
+impl<A: SyncAlgorithm, C: Clock> Drop for Handle<A, C> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().take() {
+            task.control.stop();
+        }
+    }
+}
+
+/// The background task's handle.
+pub(crate) struct Task {
+    pub(crate) control: Arc<Control>,
+    pub(crate) join: tokio::task::JoinHandle<()>,
+}
+
+/// Wakes or stops a background task.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    pub(crate) wake: tokio::sync::Notify,
+    stop: AtomicU64,
+}
+
+impl Control {
+    pub(crate) fn stop(&self) {
+        // Relaxed: the task reads the flag after `notified` returns, and
+        // Notify's permit orders the two (it synchronizes like a lock).
+        self.stop.store(1, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// Clears a stop, for a task started again after `stop` has joined
+    /// the previous one.
+    pub(crate) fn reset(&self) {
+        self.stop.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) == 1
+    }
+}
+
+struct Inner<A: SyncAlgorithm, C: Clock> {
+    algorithm: A,
+    quota: Quota,
+    /// The quota's limit and period, for window maths.
+    limit: u64,
+    period: u64,
+    /// Token bucket: the emission interval in nanoseconds.
+    emission: u64,
+    clock: C,
+    map: DashMap<String, Arc<Entry>>,
+    store: Store,
+    lua: Lua,
+    prefix: String,
+    interval: Duration,
+    /// Decides alongside the synced state while Redis is unreachable.
+    insurance: Option<KeyedRateLimiter<String, A, C>>,
+    /// 1 while the last sync failed.
+    degraded: AtomicU64,
+    counters: Counters,
+    /// One sync at a time (the task, `sync_now`, `shutdown`).
+    sync_lock: tokio::sync::Mutex<()>,
+}
+
+/// Builds a [`SyncedLimiter`]; from [`SyncedLimiter::builder`].
+#[must_use]
+pub struct SyncedBuilder<A, C> {
+    quota: Quota,
+    target: Option<Target>,
+    prefix: String,
+    clock: C,
+    interval: Duration,
+    timeout: Duration,
+    outage_share: f64,
+    background: bool,
+    marker: PhantomData<fn() -> A>,
+}
+
+impl<A, C> fmt::Debug for SyncedBuilder<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncedBuilder")
+            .field("quota", &self.quota)
+            .field("target", &self.target)
+            .field("prefix", &self.prefix)
+            .field("interval", &self.interval)
+            .field("timeout", &self.timeout)
+            .field("outage_share", &self.outage_share)
+            .field("background", &self.background)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: SyncAlgorithm> SyncedLimiter<A, WallClock> {
+    /// A builder for `quota` per key. Name the server with
+    /// [`url`](SyncedBuilder::url) or [`cluster`](SyncedBuilder::cluster).
+    pub fn builder(quota: Quota) -> SyncedBuilder<A, WallClock> {
+        SyncedBuilder {
+            quota,
+            target: None,
+            prefix: "rategate".to_owned(),
+            clock: WallClock::new(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            outage_share: 1.0,
+            background: true,
+            marker: PhantomData,
+        }
+    }
+}
+
+impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
+    /// A single Redis server, as `redis://host:port/db`.
+    pub fn url(mut self, url: &str) -> Self {
+        self.target = Some(Target::Url(url.to_owned()));
+        self
+    }
+
+    /// A Redis Cluster, given some of its nodes' URLs.
+    pub fn cluster<S: AsRef<str>>(mut self, nodes: &[S]) -> Self {
+        let nodes = nodes.iter().map(|s| s.as_ref().to_owned()).collect();
+        self.target = Some(Target::Cluster(nodes));
+        self
+    }
+
+    /// The namespace of the Redis keys (default `rategate`). Nodes that
+    /// share a limit use the same prefix, quota and algorithm.
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Reads time from `clock` (default [`WallClock`]). Every node must use
+    /// clocks with the same origin.
+    pub fn clock<C2: Clock>(self, clock: C2) -> SyncedBuilder<A, C2> {
+        SyncedBuilder {
+            quota: self.quota,
+            target: self.target,
+            prefix: self.prefix,
+            clock,
+            interval: self.interval,
+            timeout: self.timeout,
+            outage_share: self.outage_share,
+            background: self.background,
+            marker: PhantomData,
+        }
+    }
+
+    /// Time between syncs (default 1 s). The overshoot bound grows with it.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// The longest one round trip to Redis may take (default 500 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The share (0 < share <= 1) of the quota each key gets locally, on
+    /// top of the synced state, while Redis is unreachable (default 1: the
+    /// synced state alone). With `N` nodes, `1 / N` keeps the global rate
+    /// near the limit during an outage.
+    pub fn outage_share(mut self, share: f64) -> Self {
+        self.outage_share = share;
+        self
+    }
+
+    /// Whether [`build`](SyncedBuilder::build) starts the background sync
+    /// task (default true). Without it, sync with
+    /// [`sync_now`](SyncedLimiter::sync_now) or start the task later with
+    /// [`start`](SyncedLimiter::start).
+    pub fn background(mut self, on: bool) -> Self {
+        self.background = on;
+        self
+    }
+
+    /// Connects, loads the sync script and, unless turned off, starts the
+    /// background task on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Config`] without a server, with a zero interval or
+    /// timeout, or an outage share outside (0, 1]; [`RedisError::Quota`]
+    /// when the algorithm cannot represent the quota; [`RedisError::Redis`]
+    /// or [`RedisError::Timeout`] when the first connection fails.
+    pub async fn build(self) -> Result<SyncedLimiter<A, C>, RedisError> {
+        let algorithm = A::from_quota(&self.quota)?;
+        if self.interval.is_zero() {
+            return Err(RedisError::Config("the sync interval must be above zero"));
+        }
+        let insurance = if self.outage_share == 1.0 {
+            None
+        } else {
+            Some(outage_limiter::<A, C>(
+                &self.quota,
+                self.outage_share,
+                self.clock.clone(),
+            )?)
+        };
+        let lua = Lua::new(if algorithm.shape().windowed() {
+            include_str!("scripts/sync_window.lua")
+        } else {
+            include_str!("scripts/sync_token_bucket.lua")
+        });
+        let store = Store::connect(self.target, self.timeout, &[&lua]).await?;
+        let inner = Arc::new(Inner {
+            limit: u64::from(self.quota.limit()),
+            period: self.quota.period_nanos(),
+            emission: self.quota.emission_interval_nanos(),
+            algorithm,
+            quota: self.quota,
+            clock: self.clock,
+            map: DashMap::new(),
+            store,
+            lua,
+            prefix: self.prefix,
+            interval: self.interval,
+            insurance,
+            degraded: AtomicU64::new(0),
+            counters: Counters::default(),
+            sync_lock: tokio::sync::Mutex::new(()),
+        });
+        let limiter = SyncedLimiter {
+            handle: Arc::new(Handle {
+                inner,
+                task: Mutex::new(None),
+            }),
+        };
+        if self.background {
+            limiter.start()?;
+        }
+        Ok(limiter)
+    }
+}
+
+/// The local limiter that holds each key to `share` of its quota while
+/// Redis is unreachable (at least one request per period).
+fn outage_limiter<A: SyncAlgorithm, C: Clock>(
+    quota: &Quota,
+    share: f64,
+    clock: C,
+) -> Result<KeyedRateLimiter<String, A, C>, RedisError> {
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(RedisError::Config("the outage share must be in (0, 1]"));
+    }
+    // Truncation after floor: the product is at most the u32 it scales.
+    let scale = |n: u32| ((f64::from(n) * share).floor() as u32).max(1);
+    let mut local = Quota::with_period(scale(quota.limit()), quota.period())?;
+    if let Some(burst) = quota.explicit_burst() {
+        local = local.burst(scale(burst))?;
+    }
+    Ok(KeyedRateLimiter::<String, A>::builder(local)
+        .clock(clock)
+        .max_keys(100_000)
+        .auto_sweep(Duration::from_secs(10))
+        .build()?)
+}
+
+impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
+    /// Decides one request of cost 1 for `key`, locally.
+    pub fn check(&self, key: &str) -> Decision {
+        self.check_n(key, 1)
+            .unwrap_or_else(crate::limiter::never_passes)
+    }
+
+    /// Decides one request of `cost` for `key`, locally and lock-free (a
+    /// key's first check inserts it under its map shard's lock), and
+    /// records it for the next sync if admitted.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
+    pub fn check_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
+        let inner = &*self.handle.inner;
+        let now = inner.clock.now();
+        // Relaxed: a flag the sync sets; a decision made a moment before
+        // it is seen is one the outage share would also have allowed.
+        if inner.degraded.load(Ordering::Relaxed) == 1 {
+            if let Some(local) = &inner.insurance {
+                let decision = local.check_n(key, cost)?;
+                if !decision.is_allowed() {
+                    return Ok(decision);
+                }
+            }
+        }
+        match inner.map.get(key) {
+            Some(entry) => inner.admit(&entry, now, cost),
+            None => {
+                crate::algorithm::check_cost(cost, inner.algorithm.capacity())?;
+                // Decide under the shard's write lock, so that a sweep
+                // cannot drop the new entry between insert and admission.
+                let entry = inner.map.entry(key.to_owned()).or_default();
+                inner.admit(entry.value(), now, cost)
+            }
+        }
+    }
+
+    /// Syncs now: sends every pending delta and brings back the global
+    /// usage of the keys checked lately. Returns how many keys were synced.
+    /// Waits for a sync in progress (the task's) to finish first.
+    ///
+    /// # Errors
+    ///
+    /// The first failure of the round ([`RedisError::Timeout`],
+    /// [`RedisError::Redis`], ...); the keys of failed nodes keep their
+    /// deltas for the next round.
+    pub async fn sync_now(&self) -> Result<usize, RedisError> {
+        self.handle.inner.sync_round().await
+    }
+
+    /// Starts the background sync task on the current tokio runtime, if it
+    /// is not running.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Config`] outside a tokio runtime.
+    pub fn start(&self) -> Result<(), RedisError> {
+        let mut task = self.handle.task.lock();
+        if task.as_ref().is_some_and(|t| !t.join.is_finished()) {
+            return Ok(());
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| RedisError::Config("start() needs a tokio runtime"))?;
+        let control = Arc::new(Control::default());
+        let inner = Arc::clone(&self.handle.inner);
+        let join = runtime.spawn(run_task(inner, Arc::clone(&control)));
+        *task = Some(Task { control, join });
+        Ok(())
+    }
+
+    /// Stops the background task (waiting for a sync in progress), without
+    /// a final sync. Decisions go on locally.
+    pub async fn stop(&self) {
+        let task = self.handle.task.lock().take();
+        if let Some(task) = task {
+            task.control.stop();
+            // A task that panicked or was cancelled has stopped as well.
+            let _ = task.join.await;
+        }
+    }
+
+    /// Stops the background task and flushes every pending delta to Redis.
+    /// Decisions still work afterwards, locally, but nothing is synced
+    /// unless [`start`](SyncedLimiter::start) or
+    /// [`sync_now`](SyncedLimiter::sync_now) is called.
+    ///
+    /// # Errors
+    ///
+    /// As [`sync_now`](SyncedLimiter::sync_now): the deltas of a failed
+    /// flush stay pending.
+    pub async fn shutdown(&self) -> Result<(), RedisError> {
+        self.stop().await;
+        self.handle.inner.sync_round().await.map(|_| ())
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> SyncStats {
+        let inner = &*self.handle.inner;
+        let c = &inner.counters;
+        // Relaxed: statistics.
+        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SyncStats {
+            syncs: read(&c.syncs),
+            keys_synced: read(&c.keys_synced),
+            round_trips: read(&c.round_trips),
+            errors: read(&c.errors),
+            timeouts: read(&c.timeouts),
+            last_sync_latency: Duration::from_nanos(read(&c.last_latency_nanos)),
+            stale_units: read(&c.stale_units),
+            degraded: read(&inner.degraded) == 1,
+        }
+    }
+
+    /// The number of keys held locally.
+    pub fn len(&self) -> usize {
+        self.handle.inner.map.len()
+    }
+
+    /// Whether no key is held locally.
+    pub fn is_empty(&self) -> bool {
+        self.handle.inner.map.is_empty()
+    }
+
+    /// The quota every key gets.
+    pub fn quota(&self) -> &Quota {
+        &self.handle.inner.quota
+    }
+
+    /// The sync interval.
+    pub fn interval(&self) -> Duration {
+        self.handle.inner.interval
+    }
+}
+
+/// The background task: a sync every interval until stopped.
+async fn run_task<A: SyncAlgorithm, C: Clock>(inner: Arc<Inner<A, C>>, control: Arc<Control>) {
+    let mut next = tokio::time::Instant::now() + inner.interval;
+    loop {
+        // A wake before the deadline is a stop; the timeout is the tick.
+        let _ = tokio::time::timeout_at(next, control.wake.notified()).await;
+        if control.stopped() {
+            return;
+        }
+        // Errors are counted in the stats and retried next interval.
+        let _ = inner.sync_round().await;
+        next += inner.interval;
+        let now = tokio::time::Instant::now();
+        if next < now {
+            // Fell behind (a slow Redis): skip the missed ticks.
+            next = now + inner.interval;
+        }
+    }
+}
+
+impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
+    fn admit(&self, entry: &Entry, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        let decision = self.algorithm.check(&entry.state, now, cost)?;
+        // Relaxed: a hint for the sync; written only when it changes, so a
+        // hot key's checks do not all write the same cache line.
+        if entry.linger.load(Ordering::Relaxed) != LINGER {
+            entry.linger.store(LINGER, Ordering::Relaxed);
+        }
+        if decision.is_allowed() && cost > 0 {
+            let shape = self.algorithm.shape();
+            if shape.windowed() {
+                let window = shape.admitted_window(self.period, now, &decision);
+                entry.pending.add(window, u64::from(cost));
+            } else {
+                // Relaxed: the sync takes it with a swap (see Pending::add).
+                entry.units.fetch_add(u64::from(cost), Ordering::Relaxed);
+            }
+        }
+        Ok(decision)
+    }
+
+    fn key(&self, key: &str, window: Option<u64>) -> String {
+        match window {
+            Some(w) => format!("{}:{{{}}}:sync:{}", self.prefix, key, w),
+            None => format!("{}:{{{}}}:sync", self.prefix, key),
+        }
+    }
+
+    /// One sync round: take, send, fold (or put back), sweep.
+    async fn sync_round(&self) -> Result<usize, RedisError> {
+        let _one = self.sync_lock.lock().await;
+        let now = self.clock.now();
+        let shape = self.algorithm.shape();
+        let (taken, records, header) = if shape.windowed() {
+            self.take_windows(now, shape)
+        } else {
+            self.take_units(now)
+        };
+        if taken.is_empty() {
+            self.sweep(now);
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let outs = if shape.windowed() { 2 } else { 1 };
+        let outcome = self.store.run(&self.lua, &header, &records, outs).await;
+        let c = &self.counters;
+        // Relaxed: statistics.
+        c.last_latency_nanos.store(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        c.round_trips
+            .fetch_add(outcome.round_trips, Ordering::Relaxed);
+        c.errors.fetch_add(outcome.errors, Ordering::Relaxed);
+        c.timeouts.fetch_add(outcome.timeouts, Ordering::Relaxed);
+        let folded_at = self.clock.now();
+        let mut synced = 0;
+        for t in &taken {
+            let count = if shape.windowed() { t.windows.len() } else { 1 };
+            let replies: Option<Vec<&Vec<i64>>> = outcome.replies[t.first..t.first + count]
+                .iter()
+                .map(Option::as_ref)
+                .collect();
+            match replies {
+                Some(replies) => {
+                    synced += 1;
+                    if shape.windowed() {
+                        self.fold_windows(t, &replies, folded_at, shape);
+                    } else {
+                        let tat = replies[0].first().copied().unwrap_or(0);
+                        let global = u64::try_from(tat).unwrap_or(0).saturating_mul(1_000);
+                        merge::fold_tat(&t.entry.state, global, t.reference);
+                    }
+                }
+                None => self.put_back(t),
+            }
+        }
+        // Relaxed: statistics and a flag (see `check_n`).
+        c.keys_synced.fetch_add(synced as u64, Ordering::Relaxed);
+        self.sweep(folded_at);
+        match outcome.error {
+            None => {
+                c.syncs.fetch_add(1, Ordering::Relaxed);
+                self.degraded.store(0, Ordering::Relaxed);
+                Ok(synced)
+            }
+            Some(error) => {
+                self.degraded.store(1, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    /// Whether this sync should include the entry, counting down its
+    /// linger.
+    fn due(entry: &Entry, pending: bool) -> bool {
+        // Relaxed: a hint (see `admit`); a check racing with the decrement
+        // at worst costs or saves one sync of the key.
+        let linger = entry.linger.load(Ordering::Relaxed);
+        if linger > 0 {
+            entry.linger.store(linger - 1, Ordering::Relaxed);
+        }
+        pending || linger > 0
+    }
+
+    /// Window algorithms: takes the pending units of every key due, with
+    /// one record per window to send or read (the current window, and the
+    /// previous one for the sliding window counter, always).
+    fn take_windows(&self, now: u64, shape: Shape<'_>) -> (Vec<Taken>, Vec<Record>, Vec<i64>) {
+        let current = now / self.period;
+        // Windows read back: those a decision here still looks at.
+        let oldest = current.saturating_sub(shape.lookback());
+        // Windows sent: also the previous one for the fixed window, which a
+        // node whose clock lags a little may still be deciding in.
+        let keep = current.saturating_sub(1);
+        let (mut taken, mut records) = (Vec::new(), Vec::new());
+        for item in self.map.iter() {
+            let entry = item.value();
+            if !Self::due(entry, !entry.pending.is_empty()) {
+                continue;
+            }
+            let mut windows: Vec<(u64, u64)> = (oldest..=current).map(|w| (w, 0)).collect();
+            for (window, units) in entry.pending.take(current) {
+                if window < keep {
+                    // Relaxed: statistics.
+                    self.counters
+                        .stale_units
+                        .fetch_add(units, Ordering::Relaxed);
+                    continue;
+                }
+                match windows.iter_mut().find(|(w, _)| *w == window) {
+                    Some(slot) => slot.1 += units,
+                    None => windows.push((window, units)),
+                }
+            }
+            windows.sort_unstable();
+            let first = records.len();
+            for &(window, units) in &windows {
+                records.push(Record {
+                    keys: vec![self.key(item.key(), Some(window))],
+                    args: vec![i64::try_from(units).unwrap_or(i64::MAX)],
+                });
+            }
+            taken.push(Taken {
+                entry: Arc::clone(entry),
+                windows,
+                units: 0,
+                reference: 0,
+                first,
+            });
+        }
+        // A window's count matters for one period (fixed) or two (sliding),
+        // measured from its start; the TTL runs from now, within it.
+        let life = u128::from(self.period) * u128::from(1 + shape.lookback());
+        let ttl_ms = i64::try_from(life.div_ceil(1_000_000)).unwrap_or(i64::MAX / 2);
+        let header = vec![ttl_ms.saturating_add(TTL_MARGIN_MS), incarnation()];
+        (taken, records, header)
+    }
+
+    /// Token bucket: takes the pending cost of every key due, with its
+    /// local TAT.
+    fn take_units(&self, now: u64) -> (Vec<Taken>, Vec<Record>, Vec<i64>) {
+        let (mut taken, mut records) = (Vec::new(), Vec::new());
+        let micros = |ns: u64| i64::try_from(ns.div_ceil(1_000)).unwrap_or(i64::MAX);
+        for item in self.map.iter() {
+            let entry = item.value();
+            // Relaxed: see `Pending::add`; the swap sees every earlier add.
+            if !Self::due(entry, entry.units.load(Ordering::Relaxed) > 0) {
+                continue;
+            }
+            let units = entry.units.swap(0, Ordering::Relaxed);
+            // Read after the swap: every taken unit's admission is in it.
+            let tat = entry.state.load(Ordering::Relaxed);
+            let debt =
+                u64::try_from(u128::from(units) * u128::from(self.emission)).unwrap_or(u64::MAX);
+            if tat.div_ceil(1_000) >= super::LUA_EXACT / 2 || debt >= super::LUA_EXACT {
+                // Beyond Lua's exact integers (2^52 µs: the year 2112 on
+                // the wall clock): kept local.
+                entry.units.fetch_add(units, Ordering::Relaxed);
+                continue;
+            }
+            records.push(Record {
+                keys: vec![self.key(item.key(), None)],
+                args: vec![micros(debt), micros(tat)],
+            });
+            taken.push(Taken {
+                entry: Arc::clone(entry),
+                windows: Vec::new(),
+                units,
+                reference: tat.max(now),
+                first: records.len() - 1,
+            });
+        }
+        (taken, records, vec![micros(now), TTL_MARGIN_MS])
+    }
+
+    /// Folds the other nodes' increase of each window into the state.
+    fn fold_windows(&self, t: &Taken, replies: &[&Vec<i64>], now: u64, shape: Shape<'_>) {
+        let mut seen = t.entry.seen.lock();
+        for (&(window, sent), reply) in t.windows.iter().zip(replies) {
+            let &[total, incarnation] = reply.as_slice() else {
+                continue;
+            };
+            let total = u64::try_from(total).unwrap_or(0);
+            let incarnation = u64::try_from(incarnation).unwrap_or(0);
+            let known = seen.iter_mut().find(|s| s.window == window);
+            let others = match &known {
+                // The same hash as last time: its growth beyond our own
+                // units is the others'. (Less than we knew cannot happen
+                // to one hash; take it as a fresh start all the same.)
+                Some(k) if k.incarnation == incarnation => total
+                    .checked_sub(k.total + sent)
+                    .unwrap_or_else(|| total.saturating_sub(sent)),
+                // First sight of this window, or a hash created anew (Redis
+                // lost its data, or the key expired): all of it but our own
+                // units is news.
+                _ => total.saturating_sub(sent),
+            };
+            let now_seen = Seen {
+                window,
+                total,
+                incarnation,
+            };
+            match known {
+                Some(k) => *k = now_seen,
+                None => seen.push(now_seen),
+            }
+            shape.fold_window(&t.entry.state, now, window, others, self.limit);
+        }
+        // Only windows a decision can still see are worth remembering.
+        let oldest = (now / self.period).saturating_sub(shape.lookback());
+        seen.retain(|s| s.window >= oldest);
+    }
+
+    /// A failed key keeps what was taken, for the next round.
+    fn put_back(&self, t: &Taken) {
+        for &(window, units) in &t.windows {
+            t.entry.pending.add(window, units);
+        }
+        // Relaxed: see `Pending::add`.
+        t.entry.units.fetch_add(t.units, Ordering::Relaxed);
+        t.entry.linger.store(LINGER, Ordering::Relaxed);
+    }
+
+    /// Drops keys whose state is idle and that have nothing to send.
+    fn sweep(&self, now: u64) {
+        // `retain` holds each shard's write lock: no check is using an
+        // entry while it is judged and dropped.
+        self.map.retain(|_, entry| {
+            // Relaxed: under the shard's write lock, no check runs on it.
+            entry.linger.load(Ordering::Relaxed) > 0
+                || !entry.pending.is_empty()
+                || entry.units.load(Ordering::Relaxed) > 0
+                || !self.algorithm.is_idle(&entry.state, now)
+        });
+    }
+}

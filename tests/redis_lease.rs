@@ -1,0 +1,215 @@
+//! The leased limiter against a real `redis-server` started on a free
+//! loopback port: nodes racing for one key's budget never exceed it, idle
+//! nodes give their slices back, slices die with their window, and an
+//! outage never lets a node admit more than it holds.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use rategate::redis::LeasedLimiter;
+use rategate::{ManualClock, Quota};
+use redis_server::RedisServer;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn node(
+    server: &RedisServer,
+    quota: Quota,
+    clock: &ManualClock,
+    background: bool,
+) -> LeasedLimiter<ManualClock> {
+    LeasedLimiter::builder(quota)
+        .url(&server.url())
+        .prefix("lease")
+        .clock(clock.clone())
+        .interval(Duration::from_millis(5))
+        .timeout(Duration::from_millis(200))
+        .min_slice(2)
+        .max_slice(10)
+        .background(background)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn granted(server: &RedisServer, key: &str, window: u64) -> u64 {
+    let v = server
+        .cli(&["GET", &format!("lease:{{{key}}}:lease:{window}")])
+        .unwrap();
+    v.trim().parse().unwrap_or(0)
+}
+
+/// Four nodes, four tasks each, hammer one key for a second (checks and
+/// acquires, costs 1 to 3) while the background tasks renew and return
+/// slices every 5 ms: never more than the limit, and after shutdown Redis's
+/// granted total is exactly what was admitted.
+#[test]
+fn racing_nodes_never_exceed_the_limit() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        let quota = Quota::per_hour(500).unwrap();
+        let mut nodes = Vec::new();
+        for _ in 0..4 {
+            nodes.push(node(&server, quota, &clock, true).await);
+        }
+        let admitted = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + Duration::from_millis(1_000);
+        let mut tasks = Vec::new();
+        for (n, node) in nodes.iter().enumerate() {
+            for t in 0..4 {
+                let (node, admitted) = (node.clone(), Arc::clone(&admitted));
+                tasks.push(tokio::spawn(async move {
+                    let mut i = n * 7 + t;
+                    while Instant::now() < deadline {
+                        i += 1;
+                        let cost = 1 + (i % 3) as u32;
+                        let d = if i % 5 == 0 {
+                            node.acquire_n("hot", cost).await.unwrap()
+                        } else {
+                            node.check_n("hot", cost).unwrap()
+                        };
+                        if d.is_allowed() {
+                            admitted.fetch_add(u64::from(cost), Ordering::Relaxed);
+                        }
+                        if i % 16 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = admitted.load(Ordering::Relaxed);
+        eprintln!("DEBUG admitted {admitted} {:?}", nodes[0].stats());
+        assert!(admitted <= 500, "admitted {admitted} of 500");
+        assert!(admitted >= 450, "only {admitted} of 500: slices were lost");
+        assert!(granted(&server, "hot", 0) <= 500);
+        for node in &nodes {
+            node.shutdown().await.unwrap();
+            assert_eq!(node.held_total(), 0);
+        }
+        assert_eq!(granted(&server, "hot", 0), admitted);
+    });
+}
+
+#[test]
+fn idle_node_holds_no_quota_after_returning_its_slice() {
+    runtime().block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        let quota = Quota::per_hour(100).unwrap();
+        let a = node(&server, quota, &clock, false).await;
+        let b = node(&server, quota, &clock, false).await;
+        // No slice yet: acquire renews on the spot (the smallest slice, 2).
+        assert!(a.acquire("k").await.unwrap().is_allowed());
+        assert_eq!(a.held("k"), 1);
+        assert!(a.check("k").is_allowed());
+        assert!(!a.check("k").is_allowed(), "spent: deny, never exceed");
+        // A regular round sizes the slice to twice the demand (2 admitted,
+        // 2 denied).
+        a.sync_now().await.unwrap();
+        assert_eq!(a.held("k"), 8);
+        assert!(a.check("k").is_allowed());
+        a.sync_now().await.unwrap();
+        // A round with no traffic gives everything back.
+        a.sync_now().await.unwrap();
+        assert_eq!(a.held("k"), 0);
+        assert_eq!(granted(&server, "k", 0), 3, "Redis holds only what a used");
+        assert!(a.is_empty(), "the idle key is dropped");
+        let stats = a.stats();
+        assert_eq!(stats.granted - stats.returned, 3);
+        // The rest of the budget is b's for the taking, and no more.
+        let mut got = 0;
+        while b.acquire("k").await.unwrap().is_allowed() {
+            got += 1;
+            assert!(got <= 97);
+        }
+        assert_eq!(got, 97);
+        let denied = b.check("k");
+        assert!(!denied.is_allowed());
+        assert_eq!(
+            denied.retry_after(),
+            Duration::from_secs(3_600),
+            "until the window ends"
+        );
+        assert!(!a.acquire("k").await.unwrap().is_allowed());
+        assert_eq!(granted(&server, "k", 0), 100);
+    });
+}
+
+#[test]
+fn slices_die_with_their_window_and_the_next_is_prefetched() {
+    runtime().block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        let quota = Quota::per_minute(10).unwrap();
+        let a = node(&server, quota, &clock, false).await;
+        clock.set(1_000_000_000);
+        assert!(a.acquire_n("k", 2).await.unwrap().is_allowed());
+        a.sync_now().await.unwrap(); // demand 2 (+2 denied): slice of 8
+        assert_eq!(a.held("k"), 8);
+        // Window 1: window 0's units are worthless here.
+        clock.set(60_000_000_000);
+        assert_eq!(a.held("k"), 0);
+        assert!(!a.check("k").is_allowed());
+        assert!(a.acquire("k").await.unwrap().is_allowed());
+        assert_eq!(granted(&server, "k", 0), 10, "window 0's slice died unused");
+        assert!(granted(&server, "k", 1) >= 1);
+        // Near the end of window 1 (within a tick and two round trips), a
+        // busy key's round also fills the next window's slot.
+        clock.set(119_999_000_000);
+        assert!(a.check("k").is_allowed());
+        a.sync_now().await.unwrap();
+        assert!(granted(&server, "k", 2) > 0, "window 2 was prefetched");
+        clock.set(120_000_000_000);
+        assert!(
+            a.check("k").is_allowed(),
+            "window 2 starts with a slice in hand"
+        );
+    });
+}
+
+#[test]
+fn outage_never_lets_a_node_exceed_what_it_holds() {
+    runtime().block_on(async {
+        let mut server = RedisServer::start();
+        let clock = ManualClock::new();
+        let quota = Quota::per_hour(100).unwrap();
+        let a = node(&server, quota, &clock, false).await;
+        assert!(a.acquire("k").await.unwrap().is_allowed());
+        a.sync_now().await.unwrap();
+        let held = a.held("k");
+        assert_eq!(held, 4);
+        server.kill();
+        let started = Instant::now();
+        let mut admitted = 0;
+        for _ in 0..12 {
+            admitted += u64::from(a.acquire("k").await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, held, "only what it held");
+        assert!(a.sync_now().await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(20));
+        assert!(a.stats().errors >= 1);
+        server.restart();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !a.acquire("k").await.unwrap().is_allowed() {
+            assert!(Instant::now() < deadline, "never renewed after the restart");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        a.shutdown().await.unwrap();
+    });
+}
