@@ -25,14 +25,20 @@ fn bursts<A: Algorithm>(quota: Quota) -> (usize, usize) {
 #[test]
 fn fixed_window_admits_all_200_within_20_seconds() {
     // 00:59:50 is in minute 59, 01:00:10 in minute 60: two fresh windows.
-    assert_eq!(bursts::<FixedWindow>(Quota::per_minute(100).unwrap()), (100, 100));
+    assert_eq!(
+        bursts::<FixedWindow>(Quota::per_minute(100).unwrap()),
+        (100, 100)
+    );
 }
 
 #[test]
 fn sliding_window_log_admits_100() {
     // At 01:00:10 the 100 requests of 00:59:50 are 20 s old: still in the
     // window, so nothing more passes.
-    assert_eq!(bursts::<SlidingWindowLog>(Quota::per_minute(100).unwrap()), (100, 0));
+    assert_eq!(
+        bursts::<SlidingWindowLog>(Quota::per_minute(100).unwrap()),
+        (100, 0)
+    );
 }
 
 #[test]

@@ -104,7 +104,7 @@ fn ttls_last_until_the_state_is_idle() {
 }
 
 /// The script refuses a cost above the limit and a window that would end at
-/// 2^53 ticks or later; the limiter refuses times from 2^53 on.
+/// 2^53 ticks or later; the limiter refuses times from 2^52 on.
 #[test]
 fn script_errors() {
     let server = RedisServer::start();
@@ -119,21 +119,24 @@ fn script_errors() {
             .unwrap();
         assert_eq!(ok, [1, 3, 0, 1_000_000_000, 0, 0]);
 
+        // The script's own guard: the last window that ends below 2^53,
+        // then the one after it (raw calls: the limiter refuses client times
+        // from 2^52 before calling).
         let exact = 1u64 << 53;
         let last_end = exact / 1_000_000_000 * 1_000_000_000;
+        let call = |key, now, cost| raw_call::<FixedWindow>(&server, quota, key, now, cost);
+        let d = call("a", last_end - 1, 3).await.unwrap();
+        assert_eq!(d[0], 1);
+        assert_eq!(d[3], 1, "reset after 1 tick");
+        assert!(call("a", last_end, 1).await.is_err());
+
         let clock = ManualClock::new();
         let target = Target::Single(&server);
         let limiter = client_limiter::<FixedWindow>(&target, quota, "edge", &clock).await;
-        // The last window that ends below 2^53, then the one after it.
-        clock.set(last_end - 1);
-        let d = limiter.check_redis("a", 3).await.unwrap();
-        assert!(d.is_allowed());
-        assert_eq!(d.reset_after_nanos(), 1);
-        clock.set(last_end);
-        let err = limiter.check_redis("a", 1).await.unwrap_err();
-        assert!(matches!(err, RedisError::Redis(_)), "{err:?}");
-        clock.set(exact);
-        let err = limiter.check_redis("a", 1).await.unwrap_err();
+        clock.set((1 << 52) - 1);
+        assert!(limiter.check_redis("b", 1).await.unwrap().is_allowed());
+        clock.set(1 << 52);
+        let err = limiter.check_redis("b", 1).await.unwrap_err();
         assert!(matches!(err, RedisError::TimeOutOfRange(_)), "{err:?}");
     });
     assert_eq!(FixedWindow::KEY_SUFFIXES, ["fw"]);

@@ -17,8 +17,8 @@ pub enum RedisError {
     Timeout,
     /// The script returned something other than the six decision integers.
     BadReply(String),
-    /// A client-time reading too large for the scripts' exact integers
-    /// (2^52 ns, about 52 days after the clock's origin).
+    /// A client-time reading beyond the scripts' exact range (2^52 ns,
+    /// about 52 days after the clock's origin).
     TimeOutOfRange(u64),
     /// The blocking limiter's runtime could not start.
     Runtime(std::io::Error),
@@ -34,7 +34,7 @@ impl fmt::Display for RedisError {
             RedisError::BadReply(reply) => write!(f, "unexpected script reply: {reply}"),
             RedisError::TimeOutOfRange(t) => write!(
                 f,
-                "client time {t} ns is beyond the scripts' exact integers (2^52); use server time"
+                "client time {t} ns is beyond the scripts' exact range (2^52); use server time"
             ),
             RedisError::Runtime(e) => write!(f, "could not start the blocking runtime: {e}"),
         }

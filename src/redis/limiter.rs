@@ -18,10 +18,10 @@ pub enum TimeSource<C> {
     /// whatever its own clock says. The default.
     Server,
     /// The given clock, in nanoseconds (for tests, simulations and parity
-    /// checks against the in-memory limiter). Readings must stay below 2^52
-    /// ns (about 52 days after the clock's origin), where the scripts' integer
-    /// maths is exact; later readings are refused
-    /// ([`RedisError::TimeOutOfRange`], so the store-down policy decides).
+    /// checks against the in-memory limiter). Every script is exact for
+    /// readings below 2^52 ns (about 52 days after the clock's origin); later
+    /// readings are refused ([`RedisError::TimeOutOfRange`]) and the
+    /// store-down policy decides.
     Client(C),
 }
 
@@ -445,8 +445,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
     async fn call(&self, key: &str, now: u64, cost: u32) -> Result<Decision, RedisError> {
         let inner = &*self.inner;
         let now_arg = if inner.client_time {
-            // The scripts keep every intermediate below 2^53 for times
-            // below 2^52 ticks.
+            // Every script's maths is exact for times below 2^52 ticks.
             if now >= LUA_EXACT / 2 {
                 return Err(RedisError::TimeOutOfRange(now));
             }

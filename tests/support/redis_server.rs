@@ -14,6 +14,16 @@ pub fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// A free port whose cluster-bus port (port + 10000) is free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "rategate-{tag}-{}-{}",
@@ -51,17 +61,39 @@ impl RedisServer {
     }
 
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        Self::start_on(extra, free_port)
+    }
+
+    /// Starts a server on a port from `pick`; if the port was taken in the
+    /// meantime (another test got it first), tries another.
+    fn start_on(extra: &[&str], pick: fn() -> u16) -> RedisServer {
         let mut server = RedisServer {
-            port: free_port(),
+            port: pick(),
             child: None,
             dir: temp_dir("redis"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        server.launch();
-        server
+        for _ in 0..5 {
+            if server.try_launch() {
+                return server;
+            }
+            server.kill();
+            server.port = pick();
+        }
+        panic!("could not start redis-server");
     }
 
     fn launch(&mut self) {
+        assert!(
+            self.try_launch(),
+            "redis-server on port {} did not start",
+            self.port
+        );
+    }
+
+    /// Starts the process and waits until it answers PING. False if it
+    /// exited (port taken) or another process answers on the port.
+    fn try_launch(&mut self) -> bool {
         assert!(self.child.is_none());
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
@@ -74,15 +106,21 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if redis_cli(self.port, &["PING"]).is_some_and(|s| s.trim() == "PONG") {
-                return;
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return false; // exited: the port was taken
+            }
+            if let Some(info) = redis_cli(self.port, &["INFO", "server"]) {
+                // Make sure it is our process answering, not another test's.
+                return info.contains(&format!("process_id:{pid}\r"))
+                    || info.contains(&format!("process_id:{pid}\n"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not start", self.port);
+        false
     }
 
     pub fn url(&self) -> String {
@@ -126,14 +164,17 @@ impl RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|i| {
                 let conf = format!("nodes-{i}.conf");
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    "5000",
-                ])
+                RedisServer::start_on(
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &conf,
+                        "--cluster-node-timeout",
+                        "5000",
+                    ],
+                    free_cluster_port,
+                )
             })
             .collect();
         let addrs: Vec<String> = nodes
