@@ -788,7 +788,11 @@ impl<C: Clock> Inner<C> {
                 }
             }
         }
-        self.execute(plans).await
+        let result = self.execute(plans).await;
+        if round == Round::Tick {
+            self.sweep();
+        }
+        result
     }
 
     fn plan(&self, lease: &Arc<Lease>, window: u64, amount: i64) -> Plan {
@@ -815,13 +819,14 @@ impl<C: Clock> Inner<C> {
                 }
             }
         }
-        self.execute(plans).await.map(|_| ())
+        let result = self.execute(plans).await.map(|_| ());
+        self.sweep();
+        result
     }
 
     async fn execute(&self, plans: Vec<(String, Plan)>) -> Result<usize, RedisError> {
         let c = &self.counters;
         if plans.is_empty() {
-            self.sweep();
             return Ok(0);
         }
         let records: Vec<Record> = plans
@@ -873,7 +878,6 @@ impl<C: Clock> Inner<C> {
         if outcome.round_trips > 0 {
             c.rounds.fetch_add(1, Ordering::Relaxed);
         }
-        self.sweep();
         match outcome.error {
             None => Ok(plans.len()),
             Some(error) => Err(error),

@@ -22,7 +22,7 @@
 mod algorithm;
 mod algorithms;
 mod error;
-mod lease;
+pub mod lease;
 mod limiter;
 pub mod synced;
 
