@@ -12,13 +12,18 @@
 //!   concurrent map with bounded memory ([`KeyedBuilder`], [`Overflow`]).
 //! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA),
 //!   [`FixedWindow`], [`SlidingWindowLog`], [`SlidingWindowCounter`],
-//!   [`LeakyBucket`] (nginx `limit_req`).
+//!   [`LeakyBucket`] (nginx `limit_req`); [`Sharded`] stripes a hot key's
+//!   state over cache-padded shards.
 //! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
 //!   [`StdClock`], [`ManualClock`] (tests).
 //! * Errors: [`QuotaError`] for configurations that cannot work,
 //!   [`CheckError`] for requests that can never pass.
+//! * With feature `redis`, the `redis` module: `RedisLimiter` (one atomic
+//!   Lua call per decision, single node or Cluster, store-down policies),
+//!   `SyncedLimiter` (local decisions synced in batches) and
+//!   `LeasedLimiter` (local decisions on slices of a hard global quota).
 //!
 //! # Example
 //!

@@ -18,6 +18,11 @@
 //!   [`Source`] and the [`RedisStats`] counters say which path decided.
 //! * A local over-limit cache answers a key that Redis denied until its
 //!   retry-after has passed, without a round trip (on by default).
+//! * [`SyncedLimiter`]: decisions stay local and lock-free; a background
+//!   task syncs every key's delta to Redis in one round trip per node each
+//!   interval (bounded overshoot, see [`synced`]).
+//! * [`LeasedLimiter`]: decisions stay local on slices of the global quota
+//!   leased from Redis; the global limit is never exceeded (see [`lease`]).
 
 mod algorithm;
 mod algorithms;
