@@ -12,7 +12,7 @@
 //! The window index and the count share one word, so a rollover and an
 //! increment are a single compare-exchange and can never interleave wrongly.
 
-use super::{Algorithm, check_cost};
+use super::{Algorithm, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
@@ -180,35 +180,20 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
-        // Relaxed throughout: the word is self-contained and publishes no
-        // other memory. The compare-exchange makes read-decide-write atomic
-        // (a concurrent update makes it fail and we decide again on the value
-        // it observed), and all operations on one atomic follow its single
-        // modification order, so no admission is lost or counted twice.
-        let mut word = state.load(Ordering::Relaxed);
-        loop {
-            let (decision, new_word) = self.decide(word, now, cost);
-            let Some(new_word) = new_word else {
-                return Ok(decision);
-            };
-            match state.compare_exchange_weak(word, new_word, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(decision),
-                Err(observed) => word = observed,
-            }
-        }
+        // The shared compare-exchange loop; its comment argues the orderings.
+        Ok(update_word(state, |word| self.decide(word, now, cost)))
     }
 
     #[inline]
     fn peek(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
-        // Relaxed: see `check`.
+        // Relaxed: see `update_word`.
         Ok(self.decide(state.load(Ordering::Relaxed), now, cost).0)
     }
 
     #[inline]
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
-        // Relaxed: see `check`. Callers that drop the key hold a lock that
+        // Relaxed: see `update_word`. Callers that drop the key hold a lock that
         // excludes concurrent checks of it.
         let word = state.load(Ordering::Relaxed);
         let count = word & ((1 << self.count_bits) - 1);

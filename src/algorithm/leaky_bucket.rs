@@ -58,7 +58,7 @@
 //! * The decision also reports `remaining`, `reset_after` and
 //!   `retry_after`, which nginx does not compute.
 
-use super::{Algorithm, check_cost};
+use super::{Algorithm, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Delay, Quota, QuotaError};
 
@@ -334,35 +334,20 @@ impl Algorithm for LeakyBucket {
     #[inline]
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
-        // Relaxed throughout: the word is self-contained and publishes no
-        // other memory. The compare-exchange makes read-decide-write atomic
-        // (a concurrent update makes it fail and we decide again on the
-        // value it observed), and all operations on one atomic follow its
-        // single modification order, so no admission is lost.
-        let mut word = state.load(Ordering::Relaxed);
-        loop {
-            let (decision, new_word) = self.decide(word, now, cost);
-            let Some(new_word) = new_word else {
-                return Ok(decision);
-            };
-            match state.compare_exchange_weak(word, new_word, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(decision),
-                Err(observed) => word = observed,
-            }
-        }
+        // The shared compare-exchange loop; its comment argues the orderings.
+        Ok(update_word(state, |word| self.decide(word, now, cost)))
     }
 
     #[inline]
     fn peek(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
-        // Relaxed: see `check`.
+        // Relaxed: see `update_word`.
         Ok(self.decide(state.load(Ordering::Relaxed), now, cost).0)
     }
 
     #[inline]
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
-        // Relaxed: see `check`. Callers that drop the key hold a lock that
+        // Relaxed: see `update_word`. Callers that drop the key hold a lock that
         // excludes concurrent checks of it.
         Slot::unpack(state.load(Ordering::Relaxed)).is_none_or(|slot| {
             let now_ms = (now / NANOS_PER_MS).min(MAX_MS);

@@ -21,6 +21,7 @@ pub use sliding_window_counter::SlidingWindowCounter;
 pub use sliding_window_log::{SlidingWindowLog, WindowLog};
 pub use token_bucket::TokenBucket;
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
 /// A rate-limiting algorithm: its parameters (`self`) and the per-key state
@@ -90,6 +91,34 @@ impl Divisor {
         let q = ((u128::from(n) * u128::from(self.m)) >> 64) as u64;
         // q <= n / d, so q * d <= n: no overflow, no underflow.
         if n - q * self.d >= self.d { q + 1 } else { q }
+    }
+}
+
+/// The thin compare-exchange loop every one-word algorithm shares: decide on
+/// the stored word with the pure core `decide`, and if it asks for a new word,
+/// install it only if the word is still the one decided on; otherwise decide
+/// again on the value observed. A decision that writes nothing (a denial)
+/// returns at once.
+///
+/// Relaxed throughout: each state word is self-contained and publishes no
+/// other memory. The compare-exchange makes read-decide-write atomic, and all
+/// operations on one atomic follow its single modification order, so no
+/// admission is lost or counted twice.
+#[inline]
+pub(crate) fn update_word(
+    state: &AtomicU64,
+    mut decide: impl FnMut(u64) -> (Decision, Option<u64>),
+) -> Decision {
+    let mut word = state.load(Ordering::Relaxed);
+    loop {
+        let (decision, new_word) = decide(word);
+        let Some(new_word) = new_word else {
+            return decision;
+        };
+        match state.compare_exchange_weak(word, new_word, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return decision,
+            Err(observed) => word = observed,
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! tolerance `tau`). This is exactly a token bucket of `capacity` tokens
 //! refilled one per `T`, without a timer and in one word.
 
-use super::{Algorithm, Divisor, check_cost};
+use super::{Algorithm, Divisor, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
@@ -108,34 +108,20 @@ impl Algorithm for TokenBucket {
     #[inline]
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
-        // Relaxed throughout: the TAT is self-contained and publishes no other
-        // memory. The compare-exchange makes read-decide-write atomic (a
-        // concurrent update makes it fail and we decide again on the value it
-        // observed), and all operations on one atomic follow its single
-        // modification order, so no update is lost.
-        let mut tat = state.load(Ordering::Relaxed);
-        loop {
-            let (decision, new_tat) = self.decide(tat, now, cost);
-            let Some(new_tat) = new_tat else {
-                return Ok(decision);
-            };
-            match state.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(decision),
-                Err(observed) => tat = observed,
-            }
-        }
+        // The shared compare-exchange loop; its comment argues the orderings.
+        Ok(update_word(state, |word| self.decide(word, now, cost)))
     }
 
     #[inline]
     fn peek(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
-        // Relaxed: see `check`.
+        // Relaxed: see `update_word`.
         Ok(self.decide(state.load(Ordering::Relaxed), now, cost).0)
     }
 
     #[inline]
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
-        // Relaxed: see `check`. Callers that drop the key hold a lock that
+        // Relaxed: see `update_word`. Callers that drop the key hold a lock that
         // excludes concurrent checks of it.
         state.load(Ordering::Relaxed) <= now
     }
