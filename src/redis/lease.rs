@@ -40,9 +40,9 @@
 
 use super::RedisError;
 use super::synced::store::{Lua, Record, Store, Target};
-use super::synced::{Control, Task, WallClock};
+use super::synced::{Control, TaskSlot, WallClock};
 use crate::algorithm::check_cost;
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::{CheckError, Clock, Decision, Quota};
 use dashmap::DashMap;
 use std::fmt;
@@ -254,17 +254,10 @@ impl<C: Clock> fmt::Debug for LeasedLimiter<C> {
     }
 }
 
+/// Owns the task; dropping the last limiter clone stops it.
 struct Handle<C: Clock> {
     inner: Arc<Inner<C>>,
-    task: Mutex<Option<Task>>,
-}
-
-impl<C: Clock> Drop for Handle<C> {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.lock().take() {
-            task.control.stop();
-        }
-    }
+    task: TaskSlot,
 }
 
 struct Inner<C: Clock> {
@@ -447,7 +440,7 @@ impl<C: Clock> LeaseBuilder<C> {
                     control: Arc::new(Control::default()),
                     round_lock: tokio::sync::Mutex::new(()),
                 }),
-                task: Mutex::new(None),
+                task: TaskSlot::default(),
             }),
         };
         if self.background {
@@ -548,29 +541,21 @@ impl<C: Clock> LeasedLimiter<C> {
     ///
     /// [`RedisError::Config`] outside a tokio runtime.
     pub fn start(&self) -> Result<(), RedisError> {
-        let mut task = self.handle.task.lock();
-        if task.as_ref().is_some_and(|t| !t.join.is_finished()) {
-            return Ok(());
-        }
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| RedisError::Config("start() needs a tokio runtime"))?;
         let inner = Arc::clone(&self.handle.inner);
         let control = Arc::clone(&inner.control);
-        control.reset();
-        let join = runtime.spawn(run_task(inner, Arc::clone(&control)));
-        *task = Some(Task { control, join });
-        Ok(())
+        self.handle.task.start(
+            move || {
+                control.reset();
+                control
+            },
+            |control| run_task(inner, control),
+        )
     }
 
     /// Stops the background task (waiting for a round in progress). Slices
     /// held are kept and still used.
     pub async fn stop(&self) {
-        let task = self.handle.task.lock().take();
-        if let Some(task) = task {
-            task.control.stop();
-            // A task that panicked or was cancelled has stopped as well.
-            let _ = task.join.await;
-        }
+        self.handle.task.stop().await;
     }
 
     /// Stops the background task and gives every slice back. Checks

@@ -313,21 +313,60 @@ impl<A: SyncAlgorithm, C: Clock> fmt::Debug for SyncedLimiter<A, C> {
 /// Owns the task; dropping the last limiter clone stops it.
 struct Handle<A: SyncAlgorithm, C: Clock> {
     inner: Arc<Inner<A, C>>,
-    task: Mutex<Option<Task>>,
+    task: TaskSlot,
 }
 
-impl<A: SyncAlgorithm, C: Clock> Drop for Handle<A, C> {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.lock().take() {
+/// The background task's handle.
+struct Task {
+    control: Arc<Control>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+/// Where a limiter keeps its background task (the synced limiter's and the
+/// leased limiter's alike): at most one runs; dropping the slot stops it.
+#[derive(Default)]
+pub(crate) struct TaskSlot(Mutex<Option<Task>>);
+
+impl TaskSlot {
+    /// Spawns `run(control)` on the current tokio runtime unless a task is
+    /// running; `control` is made only when one is spawned.
+    pub(crate) fn start<F>(
+        &self,
+        control: impl FnOnce() -> Arc<Control>,
+        run: impl FnOnce(Arc<Control>) -> F,
+    ) -> Result<(), RedisError>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut task = self.0.lock();
+        if task.as_ref().is_some_and(|t| !t.join.is_finished()) {
+            return Ok(());
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| RedisError::Config("start() needs a tokio runtime"))?;
+        let control = control();
+        let join = runtime.spawn(run(Arc::clone(&control)));
+        *task = Some(Task { control, join });
+        Ok(())
+    }
+
+    /// Stops the task and waits for it (a round in progress finishes).
+    pub(crate) async fn stop(&self) {
+        let task = self.0.lock().take();
+        if let Some(task) = task {
             task.control.stop();
+            // A task that panicked or was cancelled has stopped as well.
+            let _ = task.join.await;
         }
     }
 }
 
-/// The background task's handle.
-pub(crate) struct Task {
-    pub(crate) control: Arc<Control>,
-    pub(crate) join: tokio::task::JoinHandle<()>,
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.lock().take() {
+            task.control.stop();
+        }
+    }
 }
 
 /// Wakes or stops a background task.
@@ -541,7 +580,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
         let limiter = SyncedLimiter {
             handle: Arc::new(Handle {
                 inner,
-                task: Mutex::new(None),
+                task: TaskSlot::default(),
             }),
         };
         if self.background {
@@ -640,28 +679,17 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
     ///
     /// [`RedisError::Config`] outside a tokio runtime.
     pub fn start(&self) -> Result<(), RedisError> {
-        let mut task = self.handle.task.lock();
-        if task.as_ref().is_some_and(|t| !t.join.is_finished()) {
-            return Ok(());
-        }
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| RedisError::Config("start() needs a tokio runtime"))?;
-        let control = Arc::new(Control::default());
         let inner = Arc::clone(&self.handle.inner);
-        let join = runtime.spawn(run_task(inner, Arc::clone(&control)));
-        *task = Some(Task { control, join });
-        Ok(())
+        self.handle.task.start(
+            || Arc::new(Control::default()),
+            |control| run_task(inner, control),
+        )
     }
 
     /// Stops the background task (waiting for a sync in progress), without
     /// a final sync. Decisions go on locally.
     pub async fn stop(&self) {
-        let task = self.handle.task.lock().take();
-        if let Some(task) = task {
-            task.control.stop();
-            // A task that panicked or was cancelled has stopped as well.
-            let _ = task.join.await;
-        }
+        self.handle.task.stop().await;
     }
 
     /// Stops the background task and flushes every pending delta to Redis.
