@@ -15,7 +15,6 @@ use rategate::{
     CheckError, Clock, Decision, KeyedRateLimiter, ManualClock, Quota, QuotaError, RateLimiter,
     SlidingWindowCounter,
 };
-use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -38,44 +37,23 @@ fn fields(d: &Decision) -> Fields {
     tuple(Outcome::of(d))
 }
 
-/// One model per key; a key is in `keys` once it has admitted a cost.
-#[derive(Debug)]
-struct Keyed {
-    fresh: ModelCounter,
-    keys: HashMap<u8, ModelCounter>,
-}
+/// One model per key (the shared keyed wrapper), answering in `Fields`.
+struct Keyed(models::Keyed<ModelCounter>);
 
 impl Keyed {
     fn new(limit: u32, period: u64) -> Keyed {
-        Keyed {
-            fresh: ModelCounter::with_params(limit, period),
-            keys: HashMap::new(),
-        }
+        Keyed(models::Keyed::new(ModelCounter::with_params(limit, period)))
     }
 
     fn decide(&mut self, key: u8, now: u64, cost: u32, record: bool) -> Result<Fields, CheckError> {
-        let mut k = self
-            .keys
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| self.fresh.clone());
-        let got = k.decide(now, cost, record);
-        if record && cost > 0 && got.is_ok_and(|o| o.allowed) {
-            self.keys.insert(key, k);
-        }
+        let got = self
+            .0
+            .decide_with(key, cost, record, |m| m.decide(now, cost, record));
         got.map(tuple)
     }
 
-    /// Keys whose admissions no longer weigh at `now`.
     fn idle_keys(&self, now: u64) -> Vec<u8> {
-        let mut idle: Vec<u8> = self
-            .keys
-            .iter()
-            .filter(|(_, k)| k.is_idle(now))
-            .map(|(&key, _)| key)
-            .collect();
-        idle.sort_unstable();
-        idle
+        self.0.idle_keys(now)
     }
 }
 
@@ -202,7 +180,7 @@ proptest! {
                 Op::Check(key, cost) => {
                     let got = limiter.check_n(&key, cost).map(|d| fields(&d));
                     prop_assert_eq!(got, model.decide(key, now, cost, true), "key {} check {} at {}", key, cost, now);
-                    if u128::from(cost) <= model.fresh.limit() && !held.contains(&key) {
+                    if u128::from(cost) <= model.0.fresh().limit() && !held.contains(&key) {
                         held.push(key);
                     }
                 }
@@ -212,11 +190,11 @@ proptest! {
                 }
                 Op::Sweep => {
                     let idle = model.idle_keys(now);
-                    let expected = held.iter().filter(|k| !model.keys.contains_key(k) || idle.contains(k)).count();
+                    let expected = held.iter().filter(|k| !model.0.holds(**k) || idle.contains(k)).count();
                     prop_assert_eq!(limiter.sweep(), expected, "sweep at {}", now);
                     // Dropped keys start afresh, in the model too.
-                    held.retain(|k| model.keys.contains_key(k) && !idle.contains(k));
-                    model.keys.retain(|k, _| !idle.contains(k));
+                    held.retain(|k| model.0.holds(*k) && !idle.contains(k));
+                    model.0.forget(&idle);
                     prop_assert_eq!(limiter.len(), held.len());
                 }
                 _ => {}

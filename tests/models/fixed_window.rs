@@ -111,3 +111,9 @@ impl Model for ModelWindow {
         self.clone().decide(now, cost, false)
     }
 }
+
+impl super::Idle for ModelWindow {
+    fn is_idle(&self, now: u64) -> bool {
+        ModelWindow::is_idle(self, now)
+    }
+}

@@ -20,6 +20,7 @@ pub mod sliding_window_log;
 pub mod token_bucket;
 
 use rategate::{CheckError, Decision, Quota};
+use std::collections::HashMap;
 
 /// Every field of a decision, as a model computes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,5 +60,78 @@ pub trait Model: Clone {
     /// `peek_n` does.
     fn peek(&self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         self.clone().request(now, cost)
+    }
+}
+
+/// A model that can say when a key carries no information (a keyed
+/// limiter's sweep may then drop it).
+pub trait Idle {
+    /// Whether the key would decide every future request as a new one.
+    fn is_idle(&self, now: u64) -> bool;
+}
+
+/// One model per key, for keyed-limiter tests: a key is kept once it has
+/// admitted a cost; any other key decides as `fresh` does.
+#[derive(Debug)]
+pub struct Keyed<M> {
+    fresh: M,
+    keys: HashMap<u8, M>,
+}
+
+impl<M: Clone + Idle> Keyed<M> {
+    /// Keys that all start as `fresh`.
+    pub fn new(fresh: M) -> Keyed<M> {
+        Keyed {
+            fresh,
+            keys: HashMap::new(),
+        }
+    }
+
+    /// Decides for `key` with `decide` on its model (a copy of `fresh` for a
+    /// new key), keeping the key if `record` and a cost was admitted.
+    pub fn decide_with(
+        &mut self,
+        key: u8,
+        cost: u32,
+        record: bool,
+        decide: impl FnOnce(&mut M) -> Result<Outcome, CheckError>,
+    ) -> Result<Outcome, CheckError> {
+        let mut model = self
+            .keys
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| self.fresh.clone());
+        let got = decide(&mut model);
+        if record && cost > 0 && got.is_ok_and(|o| o.allowed) {
+            self.keys.insert(key, model);
+        }
+        got
+    }
+
+    /// The model every new key starts from.
+    pub fn fresh(&self) -> &M {
+        &self.fresh
+    }
+
+    /// Whether `key` has admitted a cost (and was not forgotten).
+    pub fn holds(&self, key: u8) -> bool {
+        self.keys.contains_key(&key)
+    }
+
+    /// Drops these keys, as a sweep does.
+    pub fn forget(&mut self, keys: &[u8]) {
+        self.keys.retain(|k, _| !keys.contains(k));
+    }
+
+    /// Keys whose models are idle at `now`, sorted.
+    pub fn idle_keys(&self, now: u64) -> Vec<u8> {
+        let mut idle: Vec<u8> = self
+            .keys
+            .iter()
+            .filter(|(_, k)| k.is_idle(now))
+            .map(|(&key, _)| key)
+            .collect();
+        idle.sort_unstable();
+        idle
     }
 }

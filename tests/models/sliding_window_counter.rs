@@ -173,3 +173,9 @@ impl Model for ModelCounter {
         self.clone().decide(now, cost, false)
     }
 }
+
+impl super::Idle for ModelCounter {
+    fn is_idle(&self, now: u64) -> bool {
+        ModelCounter::is_idle(self, now)
+    }
+}
