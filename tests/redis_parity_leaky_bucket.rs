@@ -7,18 +7,19 @@
 //! one frozen time, and a smoke test in server time.
 #![cfg(feature = "redis")]
 
+#[path = "support/redis_parity.rs"]
+mod redis_parity;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use rategate::redis::{RedisAlgorithm, RedisError, RedisLimiter, Source, TimeSource};
+use rategate::redis::{RedisAlgorithm, RedisError, RedisLimiter, Source};
 use rategate::{Clock, Decision, Delay, LeakyBucket, ManualClock, Quota, RateLimiter};
+use redis_parity::{Target, client_limiter, runtime};
 use redis_server::{RedisCluster, RedisServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-type Limiter = RedisLimiter<LeakyBucket, ManualClock>;
 
 /// Keys per trace.
 const KEYS: usize = 3;
@@ -29,32 +30,6 @@ const START: u64 = 1 << 40;
 /// idle), so until then no key can expire under the manual clock.
 const REAL_TIME_BUDGET: Duration = Duration::from_millis(400);
 const MS: u64 = 1_000_000;
-
-enum Target<'a> {
-    Single(&'a RedisServer),
-    Cluster(&'a RedisCluster),
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn limiter(target: &Target<'_>, quota: Quota, prefix: &str, clock: &ManualClock) -> Limiter {
-    let builder = Limiter::builder(quota)
-        .prefix(prefix)
-        .time(TimeSource::Client(clock.clone()))
-        .timeout(Duration::from_secs(5))
-        .local_cache(false);
-    let builder = match target {
-        Target::Single(server) => builder.url(&server.url()),
-        Target::Cluster(cluster) => builder.cluster(&cluster.urls()),
-    };
-    builder.build().await.unwrap()
-}
 
 /// How the clock moves before a step.
 #[derive(Debug, Clone)]
@@ -150,7 +125,7 @@ async fn parity(target: &Target<'_>, trace: &Trace, case: usize) -> Result<(), T
     let quota = trace.quota;
     let clock = ManualClock::new();
     clock.set(START);
-    let redis = limiter(target, quota, &format!("lb{case}"), &clock).await;
+    let redis = client_limiter::<LeakyBucket>(target, quota, &format!("lb{case}"), &clock).await;
     let memory: Vec<_> = (0..KEYS)
         .map(|_| RateLimiter::<LeakyBucket, _>::with_clock(quota, clock.clone()).unwrap())
         .collect();
@@ -230,7 +205,8 @@ fn known_trace_and_stored_state() {
     runtime().block_on(async {
         let clock = ManualClock::new();
         let quota: Quota = "2r/s burst=2".parse().unwrap();
-        let redis = limiter(&Target::Single(&server), quota, "known", &clock).await;
+        let redis =
+            client_limiter::<LeakyBucket>(&Target::Single(&server), quota, "known", &clock).await;
         let state = || {
             let out = server.cli(&["HMGET", "known:{k}:lb", "e", "l"]).unwrap();
             out.lines().map(str::to_owned).collect::<Vec<_>>()
@@ -263,7 +239,7 @@ async fn hammer(target: &Target<'_>) {
     let quota: Quota = "10r/s burst=40 nodelay".parse().unwrap();
     let mut limiters = Vec::new();
     for _ in 0..4 {
-        limiters.push(limiter(target, quota, "hammer", &clock).await);
+        limiters.push(client_limiter::<LeakyBucket>(target, quota, "hammer", &clock).await);
     }
     let tasks: Vec<_> = (0..64)
         .map(|i| {
@@ -359,7 +335,8 @@ fn times_at_the_edge_of_lua_exact_integers() {
         // requests of 1000 s each.
         let quota: Quota = "1/1000s burst=2250 nodelay".parse().unwrap();
         let horizon = 2_251 * 1_000_000_000_000u64;
-        let redis = limiter(&Target::Single(&server), quota, "edge", &clock).await;
+        let redis =
+            client_limiter::<LeakyBucket>(&Target::Single(&server), quota, "edge", &clock).await;
         clock.set((1 << 52) - 1);
         let d = redis.check_redis("k", 2_251).await.unwrap();
         assert!(d.is_allowed());

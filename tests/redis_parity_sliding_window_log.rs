@@ -7,18 +7,19 @@
 //! server time.
 #![cfg(feature = "redis")]
 
+#[path = "support/redis_parity.rs"]
+mod redis_parity;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use rategate::redis::{RedisAlgorithm, RedisError, RedisLimiter, Source, TimeSource};
+use rategate::redis::{RedisAlgorithm, RedisError, RedisLimiter, Source};
 use rategate::{Clock, Decision, ManualClock, Quota, RateLimiter, SlidingWindowLog};
+use redis_parity::{Target, client_limiter, runtime};
 use redis_server::{RedisCluster, RedisServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-type Limiter = RedisLimiter<SlidingWindowLog, ManualClock>;
 
 /// Keys per trace.
 const KEYS: usize = 3;
@@ -28,32 +29,6 @@ const START: u64 = 1 << 40;
 /// at least one second of Redis's clock (a grace on top of the time until
 /// idle), so until then no key can expire under the manual clock.
 const REAL_TIME_BUDGET: Duration = Duration::from_millis(400);
-
-enum Target<'a> {
-    Single(&'a RedisServer),
-    Cluster(&'a RedisCluster),
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn limiter(target: &Target<'_>, quota: Quota, prefix: &str, clock: &ManualClock) -> Limiter {
-    let builder = Limiter::builder(quota)
-        .prefix(prefix)
-        .time(TimeSource::Client(clock.clone()))
-        .timeout(Duration::from_secs(5))
-        .local_cache(false);
-    let builder = match target {
-        Target::Single(server) => builder.url(&server.url()),
-        Target::Cluster(cluster) => builder.cluster(&cluster.urls()),
-    };
-    builder.build().await.unwrap()
-}
 
 /// How the clock moves before a step.
 #[derive(Debug, Clone)]
@@ -114,7 +89,8 @@ async fn parity(target: &Target<'_>, trace: &Trace, case: usize) -> Result<(), T
     let quota = Quota::with_period(trace.limit, Duration::from_nanos(trace.period)).unwrap();
     let clock = ManualClock::new();
     clock.set(START);
-    let redis = limiter(target, quota, &format!("swl{case}"), &clock).await;
+    let redis =
+        client_limiter::<SlidingWindowLog>(target, quota, &format!("swl{case}"), &clock).await;
     let memory: Vec<_> = (0..KEYS)
         .map(|_| RateLimiter::<SlidingWindowLog, _>::with_clock(quota, clock.clone()).unwrap())
         .collect();
@@ -195,7 +171,7 @@ fn known_traces() {
         let target = Target::Single(&server);
         let clock = ManualClock::new();
         let quota = Quota::with_period(2, Duration::from_nanos(100)).unwrap();
-        let redis = limiter(&target, quota, "known", &clock).await;
+        let redis = client_limiter::<SlidingWindowLog>(&target, quota, "known", &clock).await;
         let check = |t: u64, cost: u32| {
             clock.set(t);
             let redis = redis.clone();
@@ -232,7 +208,7 @@ async fn hammer(target: &Target<'_>) {
     let quota = Quota::per_minute(50).unwrap();
     let mut limiters = Vec::new();
     for _ in 0..4 {
-        limiters.push(limiter(target, quota, "hammer", &clock).await);
+        limiters.push(client_limiter::<SlidingWindowLog>(target, quota, "hammer", &clock).await);
     }
     let tasks: Vec<_> = (0..64)
         .map(|i| {
@@ -317,7 +293,9 @@ fn times_at_the_edge_of_lua_exact_integers() {
         let clock = ManualClock::new();
         let period = 1u64 << 51;
         let quota = Quota::with_period(1, Duration::from_nanos(period)).unwrap();
-        let redis = limiter(&Target::Single(&server), quota, "edge", &clock).await;
+        let redis =
+            client_limiter::<SlidingWindowLog>(&Target::Single(&server), quota, "edge", &clock)
+                .await;
         clock.set((1 << 52) - 1);
         let d = redis.check_redis("k", 1).await.unwrap();
         assert!(d.is_allowed());

@@ -13,7 +13,8 @@
 //! same script source behind a prelude that makes `PEXPIRE` a no-op and
 //! drops `SET`'s `PX`, nothing else. The TTLs themselves are checked by
 //! [`ttls_cover_the_time_to_idle`] with the real script.
-#![allow(dead_code)]
+// Each test file uses a part of this module.
+#![allow(dead_code, unused_macros)]
 
 use crate::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
