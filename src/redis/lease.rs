@@ -39,7 +39,8 @@
 //! origin ([`WallClock`]).
 
 use super::RedisError;
-use super::synced::store::{Lua, Record, Store, Target};
+use super::connection::Target;
+use super::synced::store::{Lua, Record, Store};
 use super::synced::{Control, TaskSlot, WallClock};
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};

@@ -1,12 +1,11 @@
 //! The Redis-backed keyed limiter.
 
+use super::connection::{Connection, Target, connect, share_limiter};
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, QuantaClock, Quota};
 use dashmap::DashMap;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -112,17 +111,6 @@ struct Counters {
 fn bump(counter: &AtomicU64) {
     // Relaxed: statistics, ordering nothing.
     counter.fetch_add(1, Ordering::Relaxed);
-}
-
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-enum Target {
-    Url(String),
-    Cluster(Vec<String>),
 }
 
 /// A keyed rate limiter whose state lives in Redis: one atomic Lua script
@@ -297,44 +285,17 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let tick_nanos = if client_time { 1 } else { 1_000 };
         let params = A::script_params(&self.quota, tick_nanos)?;
         let insurance = match self.store_down {
-            StoreDown::Insurance(share) => Some(insurance_limiter::<A, C>(
+            StoreDown::Insurance(share) => Some(share_limiter::<A, C>(
                 &self.quota,
                 share,
                 self.clock.clone(),
+                "the insurance share must be in (0, 1]",
             )?),
             _ => None,
         };
         let script = redis::Script::new(A::SCRIPT);
         let timeout = self.timeout;
-        let connect = async {
-            match self.target {
-                None => Err(RedisError::Config(
-                    "no Redis server: call url() or cluster()",
-                )),
-                Some(Target::Url(url)) => {
-                    let client = redis::Client::open(url)?;
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(timeout))
-                        .set_response_timeout(Some(timeout))
-                        .set_number_of_retries(2)
-                        .set_max_delay(Duration::from_secs(1));
-                    let mut manager = client.get_connection_manager_with_config(config).await?;
-                    // Load once; calls go by SHA and reload after NOSCRIPT.
-                    script.prepare_invoke().load_async(&mut manager).await?;
-                    Ok(Connection::Single(manager))
-                }
-                Some(Target::Cluster(nodes)) => {
-                    let client = redis::cluster::ClusterClient::builder(nodes)
-                        .connection_timeout(timeout)
-                        .response_timeout(timeout)
-                        .build()?;
-                    Ok(Connection::Cluster(client.get_async_connection().await?))
-                }
-            }
-        };
-        let connection = tokio::time::timeout(timeout.max(Duration::from_secs(5)), connect)
-            .await
-            .map_err(|_| RedisError::Timeout)??;
+        let connection = connect(self.target, timeout, &[&script]).await?;
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 algorithm,
@@ -355,29 +316,6 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
             }),
         })
     }
-}
-
-/// The local limiter that decides while Redis is down: the quota scaled by
-/// `share`, at least one request per period.
-fn insurance_limiter<A: RedisAlgorithm, C: Clock>(
-    quota: &Quota,
-    share: f64,
-    clock: C,
-) -> Result<KeyedRateLimiter<String, A, C>, RedisError> {
-    if !(share > 0.0 && share <= 1.0) {
-        return Err(RedisError::Config("the insurance share must be in (0, 1]"));
-    }
-    let scale = |n: u32| ((f64::from(n) * share).floor() as u32).max(1);
-    let mut local =
-        Quota::with_period(scale(quota.limit()), quota.period())?.delay(quota.delay_mode());
-    if let Some(burst) = quota.explicit_burst() {
-        local = local.burst(scale(burst))?;
-    }
-    Ok(KeyedRateLimiter::<String, A>::builder(local)
-        .clock(clock)
-        .max_keys(100_000)
-        .auto_sweep(Duration::from_secs(10))
-        .build()?)
 }
 
 impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {

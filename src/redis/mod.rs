@@ -26,6 +26,7 @@
 
 mod algorithm;
 mod algorithms;
+mod connection;
 mod error;
 pub mod lease;
 mod limiter;

@@ -140,6 +140,7 @@ mod wall_clock;
 pub use wall_clock::WallClock;
 
 use super::RedisError;
+use super::connection::{Target, share_limiter};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota};
 use dashmap::DashMap;
@@ -147,7 +148,7 @@ use merge::{Pending, Sealed, Shape};
 use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
-use store::{Lua, Record, Store, Target};
+use store::{Lua, Record, Store};
 
 /// An algorithm a [`SyncedLimiter`] can sync: [`FixedWindow`](crate::FixedWindow),
 /// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and
@@ -548,10 +549,11 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
         let insurance = if self.outage_share == 1.0 {
             None
         } else {
-            Some(outage_limiter::<A, C>(
+            Some(share_limiter::<A, C>(
                 &self.quota,
                 self.outage_share,
                 self.clock.clone(),
+                "the outage share must be in (0, 1]",
             )?)
         };
         let lua = Lua::new(if algorithm.shape().windowed() {
@@ -588,29 +590,6 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
         }
         Ok(limiter)
     }
-}
-
-/// The local limiter that holds each key to `share` of its quota while
-/// Redis is unreachable (at least one request per period).
-fn outage_limiter<A: SyncAlgorithm, C: Clock>(
-    quota: &Quota,
-    share: f64,
-    clock: C,
-) -> Result<KeyedRateLimiter<String, A, C>, RedisError> {
-    if !(share > 0.0 && share <= 1.0) {
-        return Err(RedisError::Config("the outage share must be in (0, 1]"));
-    }
-    // Truncation after floor: the product is at most the u32 it scales.
-    let scale = |n: u32| ((f64::from(n) * share).floor() as u32).max(1);
-    let mut local = Quota::with_period(scale(quota.limit()), quota.period())?;
-    if let Some(burst) = quota.explicit_burst() {
-        local = local.burst(scale(burst))?;
-    }
-    Ok(KeyedRateLimiter::<String, A>::builder(local)
-        .clock(clock)
-        .max_keys(100_000)
-        .auto_sweep(Duration::from_secs(10))
-        .build()?)
 }
 
 impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {

@@ -14,8 +14,9 @@
 //! own records; the caller decides what a failure means for them.
 
 use super::super::RedisError;
+use super::super::connection::{Connection, Target, connect};
 use crate::sync::{Arc, Mutex};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ErrorKind, ServerErrorKind, Value};
@@ -41,15 +42,6 @@ impl Lua {
             code,
         }
     }
-}
-
-/// Where the store connects.
-#[derive(Debug, Clone)]
-pub(crate) enum Target {
-    /// One server, `redis://host:port/db`.
-    Url(String),
-    /// Some nodes of a Redis Cluster.
-    Cluster(Vec<String>),
 }
 
 /// One key's share of a batch: its Redis keys (all with the same hash tag)
@@ -86,12 +78,6 @@ impl Outcome {
     }
 }
 
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
 /// A master and the slots it serves.
 #[derive(Debug, Clone)]
 struct SlotRange {
@@ -121,36 +107,8 @@ impl Store {
         if timeout.is_zero() {
             return Err(RedisError::Config("the Redis timeout must be above zero"));
         }
-        let connect = async {
-            match target {
-                None => Err(RedisError::Config(
-                    "no Redis server: call url() or cluster()",
-                )),
-                Some(Target::Url(url)) => {
-                    let client = redis::Client::open(url)?;
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(timeout))
-                        .set_response_timeout(Some(timeout))
-                        .set_number_of_retries(2)
-                        .set_max_delay(Duration::from_secs(1));
-                    let mut manager = client.get_connection_manager_with_config(config).await?;
-                    for lua in scripts {
-                        lua.script.prepare_invoke().load_async(&mut manager).await?;
-                    }
-                    Ok(Connection::Single(manager))
-                }
-                Some(Target::Cluster(nodes)) => {
-                    let client = redis::cluster::ClusterClient::builder(nodes)
-                        .connection_timeout(timeout)
-                        .response_timeout(timeout)
-                        .build()?;
-                    Ok(Connection::Cluster(client.get_async_connection().await?))
-                }
-            }
-        };
-        let connection = tokio::time::timeout(timeout.max(Duration::from_secs(5)), connect)
-            .await
-            .map_err(|_| RedisError::Timeout)??;
+        let loads: Vec<&redis::Script> = scripts.iter().map(|lua| &lua.script).collect();
+        let connection = connect(target, timeout, &loads).await?;
         let store = Store {
             connection,
             timeout,
