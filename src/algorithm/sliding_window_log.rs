@@ -273,6 +273,11 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn check(&self, state: &WindowLog, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        if cost == 0 {
+            // A probe: always admitted, and it must not move the log's clock
+            // or drop entries, so it is a peek.
+            return self.peek(state, now, 0);
+        }
         check_cost(cost, self.limit)?;
         // The mutex orders every access to the log: a check sees all the
         // admissions of the checks that held the lock before it.
