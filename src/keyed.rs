@@ -327,6 +327,8 @@ where
             .with(key, |state| self.algorithm.check(state, now, cost));
         let result = match known {
             Some(result) => result,
+            // A probe of a key not held writes nothing, not even the key.
+            None if cost == 0 => self.peek_new(now, cost),
             None => {
                 // No lock is held here, so a sweep cannot deadlock on it.
                 crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
@@ -362,9 +364,14 @@ where
         let known = self
             .map
             .with(key, |state| self.algorithm.peek(state, now, cost));
-        if let Some(result) = known {
-            return result;
+        match known {
+            Some(result) => result,
+            None => self.peek_new(now, cost),
         }
+    }
+
+    /// What a first check of a key not held would decide.
+    fn peek_new(&self, now: u64, cost: u32) -> Result<Decision, CheckError> {
         // As a new key's check would decide: see `check_new`.
         let now = now.max(self.swept_at.load(Ordering::Relaxed));
         let full = self
