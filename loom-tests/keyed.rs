@@ -57,6 +57,28 @@ fn key_cap_holds_under_racing_inserts() {
     });
 }
 
+/// Two first checks of the same new key race for the last free slot of a
+/// one-key cap: whatever the interleaving, both find the key tracked (one
+/// inserts it, the other sees it inserted), neither goes to the overflow
+/// policy, and the map holds one key.
+#[test]
+fn racing_first_checks_of_one_key_at_the_last_slot_are_both_tracked() {
+    model(|| {
+        let (limiter, _) = keyed(2, Some(1), OverflowPolicy::Deny);
+        let l2 = limiter.clone();
+        let t = thread::spawn(move || l2.check(&5).is_allowed());
+        let mine = limiter.check(&5).is_allowed();
+        let theirs = t.join().unwrap();
+        assert!(
+            mine && theirs,
+            "a tracked key was sent to the overflow policy"
+        );
+        assert_eq!(limiter.len(), 1);
+        assert_eq!(limiter.overflow_count(), 0);
+        assert!(!limiter.check(&5).is_allowed());
+    });
+}
+
 /// A sweep races a check of an idle key (present, bucket full). If the
 /// sweep judged the key idle and dropped it after the check consumed the
 /// only token, a later check would be granted a second token: the final

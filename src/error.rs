@@ -35,7 +35,8 @@ pub enum QuotaError {
     /// The burst capacity is zero.
     ZeroBurst,
     /// The burst (or an algorithm's state) would not fit in its arithmetic:
-    /// `burst x emission interval` overflows `u64` nanoseconds.
+    /// `burst x emission interval` is beyond 2^63 - 1 nanoseconds (about
+    /// 292 years), past which a token bucket's state could overflow.
     BurstOverflow,
     /// The algorithm packs its state in a fixed number of bits and cannot
     /// count this high.
@@ -53,6 +54,13 @@ pub enum QuotaError {
         limit: u64,
         /// The number of shards.
         shards: u64,
+    },
+    /// A keyed limiter's map cannot have this many shards.
+    TooManyShards {
+        /// The shard count asked for.
+        shards: usize,
+        /// The most a keyed limiter accepts.
+        max: usize,
     },
     /// A quota string could not be parsed.
     Parse {
@@ -87,7 +95,7 @@ impl fmt::Display for QuotaError {
             ),
             QuotaError::ZeroBurst => f.write_str("the burst must be at least 1"),
             QuotaError::BurstOverflow => {
-                f.write_str("burst x emission interval overflows u64 nanoseconds")
+                f.write_str("burst x emission interval is beyond 2^63 - 1 ns (about 292 years)")
             }
             QuotaError::LimitTooLarge { limit, max } => write!(
                 f,
@@ -96,6 +104,10 @@ impl fmt::Display for QuotaError {
             QuotaError::LimitBelowShards { limit, shards } => write!(
                 f,
                 "a limit or burst of {limit} cannot be split over {shards} shards (each needs at least 1)"
+            ),
+            QuotaError::TooManyShards { shards, max } => write!(
+                f,
+                "{shards} map shards is more than a keyed limiter supports ({max})"
             ),
             QuotaError::Parse { input, reason } => {
                 write!(f, "invalid quota {input:?}: {reason}")

@@ -54,6 +54,21 @@ const DEFAULT_FULL_SWEEP_INTERVAL: u64 = 1_000_000_000;
 /// A sweep takes each shard's write lock in turn, so it never drops a key
 /// that a check is using at that moment.
 ///
+/// # Time that steps back
+///
+/// A sweep drops a key whose state is idle at the sweep's time `T`, and
+/// takes `T` as a time the limiter has seen: a new key's check at a reading
+/// earlier than the latest sweep's `T` is decided at `T` (no time elapsed
+/// since it), so a reading that lags a sweep (a thread preempted between
+/// reading the clock and checking, a clock stepped back) never finds a
+/// dropped key's history forgotten. Quota 1/min, admitted at 10 s, a sweep
+/// at 70 s, then a check at 15 s: the check is decided, and recorded, at
+/// 70 s, so a check at 75 s is denied. (A key never dropped would deny the
+/// check at 15 s and admit the one at 75 s: either way the second admission
+/// is recorded a minute after the first.) The limit holds in every window
+/// of the times at which requests are recorded, as each
+/// [algorithm](crate::algorithm) promises for its own state.
+///
 /// Memory per key is what the map stores: the key, the algorithm's state
 /// (8 bytes for the token bucket) and one control byte, divided by the hash
 /// table's load (between 7/16 and 7/8 after growth). The README lists
@@ -91,6 +106,36 @@ pub struct KeyedRateLimiter<K, A: Algorithm = TokenBucket, C = QuantaClock, S = 
     next_auto_sweep: AtomicU64,
     full_sweep_interval: u64,
     next_full_sweep: AtomicU64,
+    /// The latest time a sweep judged keys at (a high-water mark). A key a
+    /// sweep dropped was idle at that time, so a new key's check is decided
+    /// no earlier than it: a clock reading that lags a sweep then counts as
+    /// no time elapsed since the sweep, as it would in the dropped state.
+    swept_at: AtomicU64,
+}
+
+/// The most map shards a keyed limiter accepts.
+const MAX_SHARDS: usize = 1 << 16;
+
+/// One reserved key slot: given back when dropped, unless [`keep`]
+/// (`KeySlot::keep`) says the key was inserted. A panic between the
+/// reservation and the insert (a key's `Hash` or `Eq` run by the map while
+/// it grows) drops it during unwinding, so the slot is not leaked.
+struct KeySlot<'a> {
+    len: &'a AtomicUsize,
+}
+
+impl KeySlot<'_> {
+    /// The key is in the map: the slot stays taken.
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for KeySlot<'_> {
+    fn drop(&mut self) {
+        // Relaxed: `len` is a counter that guards only itself.
+        self.len.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl<K, A: Algorithm, C, S> fmt::Debug for KeyedRateLimiter<K, A, C, S> {
@@ -173,10 +218,12 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
         }
     }
 
-    /// The number of map shards (rounded up to a power of two, at least 2;
-    /// the default is four per CPU).
+    /// The number of map shards (rounded up to a power of two, at least 2,
+    /// at most 65,536; the default is four per CPU). A larger count makes
+    /// [`build`](KeyedBuilder::build) fail with
+    /// [`QuotaError::TooManyShards`].
     pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = Some(shards.max(2).next_power_of_two());
+        self.shards = Some(shards);
         self
     }
 
@@ -205,10 +252,24 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
     ///
     /// # Errors
     ///
-    /// A [`QuotaError`] when the algorithm cannot represent the quota.
+    /// A [`QuotaError`] when the algorithm cannot represent the quota, or
+    /// [`QuotaError::TooManyShards`] for more than 65,536 shards.
     pub fn build(self) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
         let algorithm = A::from_quota(&self.quota)?;
-        let map = KeyMap::new(self.hasher, self.shards);
+        let shards = match self.shards {
+            None => None,
+            Some(shards) => Some(
+                shards
+                    .max(2)
+                    .checked_next_power_of_two()
+                    .filter(|&n| n <= MAX_SHARDS)
+                    .ok_or(QuotaError::TooManyShards {
+                        shards,
+                        max: MAX_SHARDS,
+                    })?,
+            ),
+        };
+        let map = KeyMap::new(self.hasher, shards);
         let auto_sweep = self.auto_sweep.map(|d| duration_to_nanos(d).max(1));
         let full_sweep_interval = auto_sweep.unwrap_or(DEFAULT_FULL_SWEEP_INTERVAL);
         let start = self.clock.now();
@@ -226,6 +287,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
             next_auto_sweep: AtomicU64::new(start.saturating_add(auto_sweep.unwrap_or(0))),
             full_sweep_interval,
             next_full_sweep: AtomicU64::new(start),
+            swept_at: AtomicU64::new(0),
         })
     }
 }
@@ -265,6 +327,8 @@ where
             .with(key, |state| self.algorithm.check(state, now, cost));
         let result = match known {
             Some(result) => result,
+            // A probe of a key not held writes nothing, not even the key.
+            None if cost == 0 => self.peek_new(now, cost),
             None => {
                 // No lock is held here, so a sweep cannot deadlock on it.
                 crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
@@ -300,9 +364,16 @@ where
         let known = self
             .map
             .with(key, |state| self.algorithm.peek(state, now, cost));
-        if let Some(result) = known {
-            return result;
+        match known {
+            Some(result) => result,
+            None => self.peek_new(now, cost),
         }
+    }
+
+    /// What a first check of a key not held would decide.
+    fn peek_new(&self, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        // As a new key's check would decide: see `check_new`.
+        let now = now.max(self.swept_at.load(Ordering::Relaxed));
         let full = self
             .max_keys
             .is_some_and(|cap| self.len.load(Ordering::Relaxed) >= cap);
@@ -322,21 +393,57 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !self.reserve_slot(now) {
-            // Relaxed: a statistic.
-            self.overflow_count.fetch_add(1, Ordering::Relaxed);
-            return match self.overflow {
-                Overflow::Shared => self.algorithm.check(&self.overflow_state, now, cost),
-                Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
-            };
+        // A sweep may have dropped this key after `now` was read (a thread
+        // preempted between its clock reading and this check, or a clock
+        // stepped back): the dropped state was idle at the sweep's time, and
+        // counting a lagging reading as that time keeps "no time elapsed"
+        // true for the key. Relaxed: a sweep stores the mark before it takes
+        // the shard lock that removes the key, and this check found the key
+        // missing under that lock, after its release.
+        let now = now.max(self.swept_at.load(Ordering::Relaxed));
+        if let Some(result) = self.insert_and_check(key, now, cost) {
+            return result;
         }
-        self.map.with_or_insert(
+        // Full. Sweep at most once per interval (under a flood of new keys
+        // the other new keys go straight to the overflow policy), then look
+        // again: the key may have been inserted meanwhile, or room freed.
+        if self.elect_full_sweep(now) {
+            self.sweep_at(now);
+            if let Some(result) = self.insert_and_check(key, now, cost) {
+                return result;
+            }
+        }
+        // Relaxed: a statistic.
+        self.overflow_count.fetch_add(1, Ordering::Relaxed);
+        match self.overflow {
+            Overflow::Shared => self.algorithm.check(&self.overflow_state, now, cost),
+            Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
+        }
+    }
+
+    /// Under the key's shard write lock: checks the key if it is there (a
+    /// racing first check inserted it), else reserves a slot and inserts it.
+    /// `None` when the key is absent and the map is full. Deciding presence
+    /// and room under one lock means two first checks of one key at the last
+    /// free slot both find it: one inserts, the other sees it inserted.
+    fn insert_and_check<Q>(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u32,
+    ) -> Option<Result<Decision, CheckError>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.map.with_or_insert_if(
+            // Cloned before any slot is taken: a panicking clone leaks none.
             key.to_owned(),
+            || self.reserve_slot(),
             || self.algorithm.new_state(),
-            |state, inserted| {
-                if !inserted {
-                    // Another thread inserted it first: give the slot back.
-                    self.len.fetch_sub(1, Ordering::Relaxed);
+            |state, slot| {
+                if let Some(slot) = slot {
+                    slot.keep();
                 }
                 self.algorithm.check(state, now, cost)
             },
@@ -356,21 +463,36 @@ where
         })
     }
 
-    /// Reserves room for one more key, sweeping once if the map is full.
-    fn reserve_slot(&self, now: u64) -> bool {
-        let Some(cap) = self.max_keys else {
-            // Relaxed: `len` is a counter that guards only itself; each
-            // reservation is one atomic read-modify-write on it.
-            self.len.fetch_add(1, Ordering::Relaxed);
-            return true;
+    /// Reserves room for one more key, if the cap allows.
+    fn reserve_slot(&self) -> Option<KeySlot<'_>> {
+        // Relaxed: `len` is a counter that guards only itself; each
+        // reservation is one atomic read-modify-write on it, which never lets
+        // two reservations take the last slot.
+        let reserved = match self.max_keys {
+            None => {
+                self.len.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(cap) => self
+                .len
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < cap).then_some(n + 1)
+                })
+                .is_ok(),
         };
-        if self.try_reserve(cap) {
-            return true;
+        // Lazily: a `KeySlot` gives its slot back when dropped, so one must
+        // exist only for a slot actually taken.
+        reserved.then(|| KeySlot { len: &self.len })
+    }
+
+    /// Whether this caller runs the sweep a full map asks for: at most one
+    /// per sweep interval, and only under a key cap.
+    fn elect_full_sweep(&self, now: u64) -> bool {
+        if self.max_keys.is_none() {
+            return false;
         }
-        // Full. Sweep at most once per interval: under a flood of new keys
-        // the other new keys go straight to the overflow policy.
         let next = self.next_full_sweep.load(Ordering::Relaxed);
-        if now >= next
+        now >= next
             && self
                 .next_full_sweep
                 .compare_exchange(
@@ -381,21 +503,6 @@ where
                     Ordering::Relaxed,
                 )
                 .is_ok()
-        {
-            self.sweep_at(now);
-            return self.try_reserve(cap);
-        }
-        false
-    }
-
-    fn try_reserve(&self, cap: usize) -> bool {
-        // Relaxed: see `reserve_slot`. The read-modify-write never lets two
-        // reservations take the last slot.
-        self.len
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < cap).then_some(n + 1)
-            })
-            .is_ok()
     }
 
     fn maybe_auto_sweep(&self, now: u64) {
@@ -426,6 +533,9 @@ where
     }
 
     fn sweep_at(&self, now: u64) -> usize {
+        // Before any key is dropped: a check that then misses a dropped key
+        // learns the mark through the shard lock (see `check_new`).
+        self.swept_at.fetch_max(now, Ordering::Relaxed);
         let mut removed = 0;
         // `retain` holds each shard's write lock while it visits the shard:
         // no check is using a state while it is judged idle and dropped.
@@ -457,14 +567,18 @@ where
         removed
     }
 
-    /// The number of keys held.
+    /// The number of keys held, counting slots reserved by first checks
+    /// that are inserting their key at this moment; never above
+    /// [`max_keys`](KeyedBuilder::max_keys). Exact when no check or sweep is
+    /// running (a sweep subtracts what it dropped once it is done).
     pub fn len(&self) -> usize {
-        self.map.len()
+        // Relaxed: a snapshot of a counter.
+        self.len.load(Ordering::Relaxed)
     }
 
     /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
+        self.len() == 0
     }
 
     /// How many checks of new keys the [`Overflow`] policy decided because

@@ -31,17 +31,25 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         self.map.get(key).map(|value| f(&value))
     }
 
-    /// Runs `f` on the key's value under its shard's write lock, inserting
-    /// `make()` first if the key is absent; `f` learns whether it inserted.
-    pub(crate) fn with_or_insert<R>(
+    /// Runs `f` on the key's value under its shard's write lock. If the key
+    /// is absent, `reserve()` decides under that lock whether it may be
+    /// inserted: with `Some(ticket)`, `make()` is inserted and `f` runs on it
+    /// with the ticket; with `None`, the map is left as it is and `None`
+    /// returned. A known key runs `f` without a ticket.
+    pub(crate) fn with_or_insert_if<T, R>(
         &self,
         key: K,
+        reserve: impl FnOnce() -> Option<T>,
         make: impl FnOnce() -> V,
-        f: impl FnOnce(&V, bool) -> R,
-    ) -> R {
+        f: impl FnOnce(&V, Option<T>) -> R,
+    ) -> Option<R> {
         match self.map.entry(key) {
-            dashmap::Entry::Occupied(entry) => f(entry.get(), false),
-            dashmap::Entry::Vacant(entry) => f(&entry.insert(make()), true),
+            dashmap::Entry::Occupied(entry) => Some(f(entry.get(), None)),
+            dashmap::Entry::Vacant(entry) => {
+                let ticket = reserve()?;
+                let value = entry.insert(make());
+                Some(f(&value, Some(ticket)))
+            }
         }
     }
 
@@ -57,10 +65,6 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         Q: Hash + Eq + ?Sized,
     {
         self.map.remove(key).is_some()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
     }
 
     pub(crate) fn shrink_to_fit(&self) {
@@ -90,19 +94,23 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         map.get(key).map(f)
     }
 
-    pub(crate) fn with_or_insert<R>(
+    pub(crate) fn with_or_insert_if<T, R>(
         &self,
         key: K,
+        reserve: impl FnOnce() -> Option<T>,
         make: impl FnOnce() -> V,
-        f: impl FnOnce(&V, bool) -> R,
-    ) -> R {
+        f: impl FnOnce(&V, Option<T>) -> R,
+    ) -> Option<R> {
+        use std::collections::hash_map::Entry;
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
-        let mut inserted = false;
-        let value = map.entry(key).or_insert_with(|| {
-            inserted = true;
-            make()
-        });
-        f(value, inserted)
+        match map.entry(key) {
+            Entry::Occupied(entry) => Some(f(entry.get(), None)),
+            Entry::Vacant(entry) => {
+                let ticket = reserve()?;
+                let value = entry.insert(make());
+                Some(f(value, Some(ticket)))
+            }
+        }
     }
 
     pub(crate) fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
@@ -117,10 +125,6 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
     {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         map.remove(key).is_some()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     pub(crate) fn shrink_to_fit(&self) {}

@@ -46,6 +46,7 @@ impl Keyed {
     }
 
     fn decide(&mut self, key: u8, now: u64, cost: u32, record: bool) -> Result<Fields, CheckError> {
+        let now = self.0.time_for(key, now);
         let got = self
             .0
             .decide_with(key, cost, record, |m| m.decide(now, cost, record));
@@ -176,7 +177,7 @@ proptest! {
                 Op::Check(key, cost) => {
                     let got = limiter.check_n(&key, cost).map(|d| fields(&d));
                     prop_assert_eq!(got, model.decide(key, now, cost, true), "key {} check {} at {}", key, cost, now);
-                    if u64::from(cost) <= model.0.fresh().limit() && !held.contains(&key) {
+                    if cost > 0 && u64::from(cost) <= model.0.fresh().limit() && !held.contains(&key) {
                         held.push(key);
                     }
                 }
@@ -190,7 +191,7 @@ proptest! {
                     prop_assert_eq!(limiter.sweep(), expected, "sweep at {}", now);
                     // Dropped keys start afresh, in the model too.
                     held.retain(|k| model.0.holds(*k) && !idle.contains(k));
-                    model.0.forget(&idle);
+                    model.0.sweep(now, &idle);
                     prop_assert_eq!(limiter.len(), held.len());
                 }
                 _ => {}

@@ -133,6 +133,8 @@ proptest! {
         let fresh = Nginx::new(&case.quota);
         let mut models = vec![fresh.clone(); 3];
         let mut present = [false; 3];
+        // A key not held decides no earlier than the latest sweep.
+        let mut swept_at = 0;
         for ((step, cost), key) in case.steps.iter().zip(keys) {
             step.apply(&clock, interval(&case.quota));
             let now = clock.now();
@@ -141,6 +143,7 @@ proptest! {
                 let idle: Vec<usize> =
                     (0..3).filter(|&k| present[k] && models[k].is_idle(now)).collect();
                 prop_assert_eq!(limiter.sweep(), idle.len(), "sweep at t={}", now);
+                swept_at = swept_at.max(now);
                 for k in idle {
                     models[k] = fresh.clone();
                     present[k] = false;
@@ -151,8 +154,10 @@ proptest! {
             let k = usize::from(key);
             let peeked = limiter.peek_n(&key, *cost).map(|d| Outcome::of(&d));
             let got = limiter.check_n(&key, *cost).map(|d| Outcome::of(&d));
-            let want = models[k].request(now, *cost);
-            present[k] |= want.is_ok();
+            let at = if present[k] { now } else { now.max(swept_at) };
+            let want = models[k].request(at, *cost);
+            // A probe (cost 0) of a key not held does not insert it.
+            present[k] |= want.is_ok() && *cost > 0;
             prop_assert_eq!(&got, &want, "key {} at t={}", key, now);
             prop_assert_eq!(peeked, got, "peek disagrees with check for key {}", key);
         }

@@ -145,3 +145,61 @@ fn keyed_idle_keys_are_swept_without_changing_decisions() {
     assert_eq!(limiter.check("b").remaining(), 0);
     assert_eq!(limiter.check("a").remaining(), 1);
 }
+
+/// Quotas whose state could overflow `u64` time are refused; at the end of
+/// time `remaining` counts only what can still pass, and a denial that can
+/// never pass reports nothing remaining.
+#[test]
+fn extreme_quotas_are_refused_or_exact() {
+    use rategate::{QuotaError, Sharded};
+    let huge: Quota = "4/18446744073709550903ns".parse().unwrap();
+    assert_eq!(
+        RateLimiter::<TokenBucket>::new(huge).err(),
+        Some(QuotaError::BurstOverflow)
+    );
+    assert_eq!(
+        RateLimiter::<Sharded<TokenBucket, 4>>::new(huge).err(),
+        Some(QuotaError::BurstOverflow)
+    );
+    // The largest tolerance accepted: 4 x 2^61 ns = 2^63 ns > 2^63 - 1.
+    let edge = Quota::with_period(4, Duration::from_nanos(4 << 61))
+        .unwrap()
+        .burst(4)
+        .unwrap();
+    assert!(RateLimiter::<TokenBucket>::new(edge).is_err());
+    // 5 split over 4 shards: shard 0 holds 2 tokens refilled at a quarter
+    // of the rate, a tolerance of 8 intervals where the whole has 5.
+    let interval = (1u64 << 60) + (1 << 58);
+    let uneven = Quota::with_period(5, Duration::from_nanos(5 * interval)).unwrap();
+    assert!(RateLimiter::<TokenBucket>::new(uneven).is_ok());
+    assert_eq!(
+        RateLimiter::<Sharded<TokenBucket, 4>>::new(uneven).err(),
+        Some(QuotaError::BurstOverflow)
+    );
+    let ok = Quota::with_period(4, Duration::from_nanos(1 << 61)).unwrap();
+    let clock = ManualClock::new();
+    clock.set(1_000);
+    let sharded = RateLimiter::<Sharded<TokenBucket, 4>, _>::with_clock(ok, clock).unwrap();
+    assert_eq!((0..8).filter(|_| sharded.check().is_allowed()).count(), 4);
+
+    // Near u64::MAX: only three more TATs fit below the end of time.
+    let interval = 1u64 << 40;
+    let quota = Quota::with_period(1, Duration::from_nanos(interval))
+        .unwrap()
+        .burst(4)
+        .unwrap();
+    let clock = ManualClock::new();
+    let limiter = RateLimiter::<TokenBucket, _>::with_clock(quota, clock.clone()).unwrap();
+    clock.set(u64::MAX - 3 * interval - 7);
+    let probe = limiter.peek_n(0).unwrap();
+    let first = limiter.check();
+    assert!(first.is_allowed());
+    let passed = 1 + (0..8).filter(|_| limiter.check().is_allowed()).count() as u32;
+    assert_eq!(passed, 3);
+    assert_eq!(probe.remaining(), 3);
+    assert_eq!(first.remaining(), 2);
+    let never = limiter.check();
+    assert!(!never.is_allowed());
+    assert_eq!(never.remaining(), 0);
+    assert_eq!(never.retry_after_nanos(), u64::MAX);
+}

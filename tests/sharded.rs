@@ -317,3 +317,31 @@ proptest! {
         })?;
     }
 }
+
+/// A request of cost 15 that falls past the home shard drains the other
+/// one: the next check must not count that shard as full. `remaining`
+/// is what actually passes next, for every inner algorithm.
+#[test]
+fn remaining_counts_a_shard_drained_by_a_larger_cost() {
+    fn case<A: Splittable>() {
+        let limiter = RateLimiter::<Sharded<A, 2>, _>::with_clock(
+            quota(30, 1_000_000_000),
+            ManualClock::new(),
+        )
+        .unwrap();
+        assert!(limiter.check_n(1).unwrap().is_allowed());
+        assert!(limiter.check_n(15).unwrap().is_allowed());
+        let reported = limiter.check().remaining();
+        let passed = (0..40).filter(|_| limiter.check().is_allowed()).count();
+        assert_eq!(
+            (reported, passed),
+            (13, 13),
+            "{}",
+            std::any::type_name::<A>()
+        );
+    }
+    case::<FixedWindow>();
+    case::<SlidingWindowLog>();
+    case::<SlidingWindowCounter>();
+    case::<TokenBucket>();
+}

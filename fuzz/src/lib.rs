@@ -296,6 +296,17 @@ pub trait Target {
     /// (of a non-zero cost) was at `first` and the latest reading is
     /// `latest`.
     fn max_admitted(quota: &Quota, first: u64, latest: u64) -> u128;
+
+    /// What [`Decision::limit`] reports: the capacity, except where an
+    /// algorithm admits at most one part of its limit per request
+    /// (`Sharded` reports the whole quota's).
+    fn limit(_quota: &Quota, capacity: u32) -> u32 {
+        capacity
+    }
+
+    /// Whether room can be split so that a denied cost finds `remaining` at
+    /// or above it (`Sharded`: room spread over shards, none with enough).
+    const FRAGMENTED: bool = false;
 }
 
 /// Runs both passes on one input.
@@ -456,17 +467,20 @@ pub fn invariants<T: Target>(quota: &Quota, steps: &[Step]) {
             Ok(d) => d,
         };
         assert!(cost <= capacity, "{at}: a cost above capacity decided");
-        assert_eq!(d.limit(), capacity, "{at}: limit");
+        assert_eq!(d.limit(), T::limit(quota, capacity), "{at}: limit");
+        // Cost 0 is a probe in every algorithm: always admitted.
+        assert!(
+            cost > 0 || d.is_allowed(),
+            "{at}: a probe was denied: {d:?}"
+        );
         assert!(d.remaining() <= d.limit(), "{at}: remaining {d:?}");
         if d.is_allowed() {
             assert_eq!(d.retry_after_nanos(), 0, "{at}: {d:?}");
         } else {
             assert_eq!(d.delay_nanos(), 0, "{at}: {d:?}");
-            // Fewer than `cost` unit requests could pass right after (a
-            // cost of 0 is denied only by a token bucket whose clock
-            // stepped back far: then none).
+            // Fewer than `cost` unit requests could pass right after.
             assert!(
-                d.remaining() < cost.max(1) || !exact(now),
+                d.remaining() < cost || T::FRAGMENTED || !exact(now),
                 "{at}: denied, yet {d:?}"
             );
         }
@@ -503,6 +517,20 @@ pub fn invariants<T: Target>(quota: &Quota, steps: &[Step]) {
                     then - 1
                 );
             }
+        }
+
+        // Remaining: after the last step, if a check, exactly that many
+        // cost-1 requests pass with the clock frozen (the end of `u64` time
+        // included: only the tag span limits it).
+        if i + 1 == steps.len() && !step.peek_only && latest - lowest <= span {
+            let bound = d.limit().max(capacity) + 2;
+            let passed = (0..bound).filter(|_| limiter.check().is_allowed()).count();
+            assert_eq!(
+                passed,
+                d.remaining() as usize,
+                "{at}: {d:?}, but {passed} passed next"
+            );
+            break;
         }
 
         // Reset-after: then, at or after every reading so far, the state is

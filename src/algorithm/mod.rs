@@ -30,6 +30,10 @@ use crate::{CheckError, Decision, Quota, QuotaError};
 /// Times are nanoseconds from the limiter clock's origin. Implementations
 /// treat a time earlier than one they have already seen as no time elapsed,
 /// never as a reason to grant more.
+///
+/// A request of cost 0 is a *probe*, the same in every algorithm: it is
+/// always admitted (even after the clock stepped back), writes nothing, and
+/// reports the state as [`peek`](Algorithm::peek) of cost 0 does.
 pub trait Algorithm: Send + Sync + Sized + 'static {
     /// One key's state. A fresh state means "never seen".
     type State: Send + Sync;

@@ -193,26 +193,21 @@ impl Splittable for TokenBucket {
 ///   part below one request, where one state would have pooled it.
 /// * **Limit.** [`Decision::limit`] is the whole quota's (the sum of the
 ///   shares): what can pass at once over several requests.
-/// * **Remaining** is an estimate, never above the limit. On an admission:
-///   the admitting shard's `remaining`, plus the `remaining` of each shard
-///   that denied the request before it, plus, for each shard not tried, the
-///   admitting shard's `remaining` capped at that shard's capacity (the
-///   shards not tried are not read, to keep their cache lines where they
-///   are); the sum is capped at the limit. It is off by at most the
-///   capacities of the shards not tried. Under even load the shards drain
-///   alike and the estimate is close. One thread alone in a fixed window or
-///   with the clock frozen drains its home shard first and falls back in
-///   order, so the shards not tried are untouched and the estimate is low,
-///   never high. On a denial every shard was read: `remaining` is the sum of
-///   their `remaining`, each read as the shard was tried (exact for one
-///   thread).
+/// * **Remaining** is the sum of every shard's `remaining`, each read once
+///   during the check (the admitting shard's after its admission, the
+///   others as they were tried or, for the shards after the admitting one,
+///   by a probe of cost 0: one load each, no write), capped at the limit.
+///   For one thread it is exact: that many cost-1 requests pass next with
+///   the clock frozen. Under concurrency it is a snapshot, as for any
+///   limiter: others may take room between the reads and the next request.
+///   Reading every shard costs a load of each shard's cache line per
+///   admission (shared, not written, so the owners' next writes only
+///   invalidate it).
 /// * **Retry-after** on a denial is the minimum over the shards that could
 ///   ever take the cost: the earliest time at which some shard, hence the
 ///   sharded limiter, would pass the same cost if nothing else arrived.
-/// * **Reset-after** is the largest over the shards read (on a denial, all
-///   of them; on an admission, the admitting shard and those that denied
-///   before it), so on an admission it can fall short of the time until the
-///   untouched shards are fresh.
+/// * **Reset-after** is the largest over the shards: the time until every
+///   shard, hence the key, is fresh.
 /// * **Windows.** The fixed window stays exact: all shards share the
 ///   windows, and the shard counts of a window sum to the key's count. The
 ///   sliding window log keeps every admission time, in one shard's log each:
@@ -333,13 +328,24 @@ impl<A: Splittable, const N: usize> Sharded<A, N> {
             };
             if decision.is_allowed() {
                 let own = decision.remaining();
-                let untried: u64 = (offset + 1..N)
-                    .filter_map(|later| self.shards.get((home + later) % N))
-                    .map(|other| u64::from(own.min(other.capacity())))
-                    .sum();
+                // The shards not tried are read (a probe of cost 0: a load
+                // each, no write), not guessed: an earlier request of a
+                // larger cost may have fallen past the home shard and drained
+                // one of them, so no guess from the admitting shard is safe.
+                let mut untried = 0;
+                let mut reset_after = decision.reset_after_nanos().max(denials.reset_after);
+                for later in offset + 1..N {
+                    let index = (home + later) % N;
+                    if let (Some(other), Some(other_state)) =
+                        (self.shards.get(index), state.shards.get(index))
+                    {
+                        let held = other.peek(other_state, now, 0)?;
+                        untried += u64::from(held.remaining());
+                        reset_after = reset_after.max(held.reset_after_nanos());
+                    }
+                }
                 let remaining = (u64::from(own) + denials.remaining + untried)
                     .min(u64::from(self.limit)) as u32;
-                let reset_after = decision.reset_after_nanos().max(denials.reset_after);
                 return Ok(Decision::allow(self.limit, remaining, reset_after)
                     .with_delay(decision.delay_nanos()));
             }
@@ -600,14 +606,13 @@ mod tests {
     }
 
     #[test]
-    fn fallback_fills_every_shard_and_remaining_is_low_alone() {
+    fn fallback_fills_every_shard_and_remaining_is_exact_alone() {
         // Equal shares, so the figures do not depend on the home shard.
         let fw = Sharded::<FixedWindow, 4>::from_quota(&quota(8, 1_000)).unwrap();
         let state = fw.new_state();
         // One thread: its home shard first, then the next ones in order.
-        // The shards not tried are untouched (2 left each) but estimated as
-        // drained as the admitting one: the estimate is low, never high.
-        for estimate in [4, 0, 3, 0, 2, 0, 1, 0] {
+        // Every shard is read, so `remaining` is exact.
+        for estimate in (0..8).rev() {
             let d = fw.check(&state, 100, 1).unwrap();
             assert!(d.is_allowed());
             let fields = (d.limit(), d.remaining(), d.reset_after_nanos());

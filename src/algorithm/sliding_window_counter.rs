@@ -195,14 +195,16 @@ impl SlidingWindowCounter {
                 _ => Some(start + 2 * period),
             }
         };
-        if estimate + cost <= limit {
+        // Cost 0 is a probe: admitted even when a clock that stepped back
+        // before the window's start sees the previous count at full weight.
+        if estimate + cost <= limit || cost == 0 {
             let after = Counts {
                 current: current + cost,
                 ..counts
             };
             let reset_after = reset_at(after.current, previous).map_or(0, until);
-            // estimate + cost <= limit, a u32.
-            let remaining = (limit - estimate - cost) as u32;
+            // At most the limit, a u32.
+            let remaining = limit.saturating_sub(estimate + cost) as u32;
             let decision = Decision::allow(self.limit, remaining, reset_after);
             (decision, (cost > 0).then(|| self.pack(after)))
         } else {

@@ -273,6 +273,11 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn check(&self, state: &WindowLog, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        if cost == 0 {
+            // A probe: always admitted, and it must not move the log's clock
+            // or drop entries, so it is a peek.
+            return self.peek(state, now, 0);
+        }
         check_cost(cost, self.limit)?;
         // The mutex orders every access to the log: a check sees all the
         // admissions of the checks that held the lock before it.
@@ -399,12 +404,16 @@ mod tests {
         assert_eq!(d.retry_after_nanos(), 150);
         assert!(!swl.check(&state, 1_099, 1).unwrap().is_allowed());
         assert!(swl.check(&state, 1_100, 2).unwrap().is_allowed());
+        // A probe (cost 0) writes nothing: it neither moves the log's clock
+        // nor drops entries.
+        assert!(swl.check(&state, 1_300, 0).unwrap().is_allowed());
+        assert_eq!(entries(&state), vec![(1_100, 2)]);
         // A check at 1 300 drops the entries expired then; a reading back
         // at 1 150 counts as 1 300, so it cannot see (1 050, 1 150] again
         // with the admission at 1 100 gone from the log.
-        assert!(swl.check(&state, 1_300, 0).unwrap().is_allowed());
-        assert!(entries(&state).is_empty());
-        let d = swl.check(&state, 1_150, 2).unwrap();
+        assert!(swl.check(&state, 1_300, 1).unwrap().is_allowed());
+        assert_eq!(entries(&state), vec![(1_300, 1)]);
+        let d = swl.check(&state, 1_150, 1).unwrap();
         assert!(d.is_allowed());
         assert_eq!(d.reset_after_nanos(), 250);
         assert_eq!(entries(&state), vec![(1_300, 2)]);

@@ -13,11 +13,24 @@ use super::{Algorithm, Divisor, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
+/// The largest burst tolerance (`capacity x interval`) a token bucket
+/// accepts: 2^63 - 1 ns, about 292 years, so that the TAT of a bucket whose
+/// clock has not yet passed the other half of `u64` time never overflows.
+pub(crate) const MAX_TAU: u64 = u64::MAX / 2;
+
 /// Token bucket (GCRA): `capacity` requests at once, refilled at the quota's
 /// rate. The capacity is the quota's burst, by default its limit.
 ///
 /// State: one `AtomicU64` per key (the theoretical arrival time, 0 for a key
-/// never seen), updated by compare-exchange. Denials write nothing.
+/// never seen), updated by compare-exchange. Denials write nothing, and
+/// neither does a check of cost 0: a probe that is always admitted and
+/// reports the bucket as it is, even after the clock stepped back.
+///
+/// The burst tolerance, `capacity x interval`, must be at most 2^63 - 1 ns
+/// (about 292 years; [`QuotaError::BurstOverflow`] otherwise), so the state
+/// cannot overflow while the clock is in the first half of `u64` time.
+/// `remaining` counts only requests whose TAT still fits in `u64`, so it
+/// stays exact at the end of time too.
 ///
 /// The emission interval is `period / limit` rounded down to a whole
 /// nanosecond, so a rate that does not divide the period evenly runs at most
@@ -66,20 +79,35 @@ impl TokenBucket {
         // saturated state.
         let new_tat = base.checked_add(increment);
         let ahead = new_tat.map_or(u64::MAX, |t| t - now);
-        if let (Some(new_tat), true) = (new_tat, ahead <= self.tau) {
-            let remaining = self.per_interval.divide(self.tau - ahead);
-            // remaining <= capacity, which is a u32.
-            let decision = Decision::allow(self.capacity, remaining as u32, ahead);
-            (decision, Some(new_tat))
-        } else {
-            let used = base - now;
-            let remaining = self.per_interval.divide(self.tau.saturating_sub(used));
-            // A TAT past u64::MAX stays past it at any later `now`: the
-            // request never passes (u64::MAX: never).
-            let retry_after = new_tat.map_or(u64::MAX, |_| ahead - self.tau);
-            let decision = Decision::deny(self.capacity, remaining as u32, used, retry_after);
-            (decision, None)
+        match new_tat {
+            // Cost 0 is a probe: admitted whatever the state (even after a
+            // step back put `ahead` past tau), and nothing is written.
+            Some(new_tat) if ahead <= self.tau || cost == 0 => {
+                let remaining = self.tokens_left(new_tat, ahead);
+                let decision = Decision::allow(self.capacity, remaining, ahead);
+                (decision, (cost > 0).then_some(new_tat))
+            }
+            _ => {
+                let used = base - now;
+                let remaining = self.tokens_left(base, used);
+                // A TAT past u64::MAX stays past it at any later `now`: the
+                // request never passes (u64::MAX: never).
+                let retry_after = new_tat.map_or(u64::MAX, |_| ahead - self.tau);
+                let decision = Decision::deny(self.capacity, remaining, used, retry_after);
+                (decision, None)
+            }
         }
+    }
+
+    /// How many cost-1 requests pass after a state whose TAT is `tat`, `ahead`
+    /// of now: each needs one interval within the burst tolerance, and one
+    /// interval before the TAT reaches u64::MAX (which matters only within
+    /// `tau` of the end of time, where it keeps `remaining` exact).
+    #[inline]
+    fn tokens_left(&self, tat: u64, ahead: u64) -> u32 {
+        let room = self.tau.saturating_sub(ahead).min(u64::MAX - tat);
+        // room <= tau = capacity x interval: the quotient fits a u32.
+        self.per_interval.divide(room) as u32
     }
 }
 
@@ -90,8 +118,12 @@ impl Algorithm for TokenBucket {
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         let interval = quota.emission_interval_nanos();
         let capacity = quota.burst_or(quota.limit());
+        // A bucket whose tolerance reaches past half of u64 time could not
+        // work for long: its TAT would overflow once the clock passes the
+        // other half. Refuse it rather than deny every check later.
         let tau = interval
             .checked_mul(u64::from(capacity))
+            .filter(|&tau| tau <= MAX_TAU)
             .ok_or(QuotaError::BurstOverflow)?;
         Ok(TokenBucket {
             interval,

@@ -76,6 +76,8 @@ pub trait Idle {
 pub struct Keyed<M> {
     fresh: M,
     keys: HashMap<u8, M>,
+    /// The latest sweep's time: a key not held decides no earlier.
+    swept_at: u64,
 }
 
 impl<M: Clone + Idle> Keyed<M> {
@@ -84,6 +86,17 @@ impl<M: Clone + Idle> Keyed<M> {
         Keyed {
             fresh,
             keys: HashMap::new(),
+            swept_at: 0,
+        }
+    }
+
+    /// The time a request for `key` at `now` is decided at: a key not held
+    /// counts a reading earlier than the latest sweep as the sweep's time.
+    pub fn time_for(&self, key: u8, now: u64) -> u64 {
+        if self.keys.contains_key(&key) {
+            now
+        } else {
+            now.max(self.swept_at)
         }
     }
 
@@ -118,7 +131,13 @@ impl<M: Clone + Idle> Keyed<M> {
         self.keys.contains_key(&key)
     }
 
-    /// Drops these keys, as a sweep does.
+    /// Drops these keys, as a sweep at `now` does.
+    pub fn sweep(&mut self, now: u64, keys: &[u8]) {
+        self.swept_at = self.swept_at.max(now);
+        self.forget(keys);
+    }
+
+    /// Drops these keys.
     pub fn forget(&mut self, keys: &[u8]) {
         self.keys.retain(|k, _| !keys.contains(k));
     }

@@ -116,8 +116,9 @@ impl ModelCounter {
         let t = now.max(k.floor);
         let cost = u128::from(cost);
         let limit = self.limit as u32;
-        if k.passes(t, cost) {
-            let remaining = k.units(t) - cost;
+        // Cost 0 is a probe: admitted whatever the estimate.
+        if cost == 0 || k.passes(t, cost) {
+            let remaining = k.units(t).saturating_sub(cost);
             if cost > 0 {
                 k.admitted.push((t, cost));
                 k.floor = t / self.period * self.period;

@@ -63,8 +63,11 @@ impl Model for ModelLog {
             });
         }
         let real = u128::from(now);
-        self.latest = self.latest.max(real);
-        let t = self.latest;
+        let t = self.latest.max(real);
+        // A probe (cost 0) records nothing, not even the reading.
+        if cost > 0 {
+            self.latest = t;
+        }
         let used = self.used(t);
         let allowed = used + u128::from(cost) <= self.limit;
         if allowed && cost > 0 {
