@@ -22,6 +22,8 @@
 //!   (blocking, and async with feature `tokio`), with deadlines
 //!   ([`WaitError`]) and [`Jitter`]; with feature `tokio`, `TokioClock`
 //!   follows tokio's (pausable) time.
+//! * [`policy::AllOf`]: several limits that admit a request together or
+//!   not at all.
 //! * Errors: [`QuotaError`] for configurations that cannot work,
 //!   [`CheckError`] for requests that can never pass.
 //! * With feature `redis`, the `redis` module: `RedisLimiter` (one atomic
@@ -55,6 +57,7 @@ mod error;
 mod keyed;
 mod limiter;
 mod map;
+pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -1,0 +1,7 @@
+//! Policies built on the limiters. Today: [`AllOf`], several limits that
+//! admit a request together or not at all, over anything that is a
+//! [`Limit`].
+
+mod all_of;
+
+pub use all_of::{AllOf, KeyedLimit, Limit};

@@ -1,0 +1,196 @@
+//! AllOf: several limits admit together or not at all.
+
+use rategate::policy::{AllOf, KeyedLimit, Limit};
+use rategate::{
+    CheckError, FixedWindow, KeyedRateLimiter, ManualClock, Quota, RateLimiter, SlidingWindowLog,
+    TokenBucket,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn bucket(clock: &ManualClock, per_sec: u32) -> Arc<RateLimiter<TokenBucket, ManualClock>> {
+    Arc::new(RateLimiter::with_clock(Quota::per_second(per_sec).unwrap(), clock.clone()).unwrap())
+}
+
+#[test]
+fn a_denial_consumes_nothing_from_the_other_limits() {
+    let clock = ManualClock::new();
+    let read = bucket(&clock, 100);
+    let endpoint = bucket(&clock, 2);
+    let window = Arc::new(
+        RateLimiter::<FixedWindow, _>::with_clock(Quota::per_second(50).unwrap(), clock.clone())
+            .unwrap(),
+    );
+    let all = AllOf::new([
+        read.clone() as Arc<dyn Limit>,
+        window.clone(),
+        endpoint.clone(),
+    ]);
+    assert!(all.check_n(1).unwrap().is_allowed());
+    assert!(all.check_n(1).unwrap().is_allowed());
+    // The endpoint (last member) is spent: ten denials charge nobody.
+    for _ in 0..10 {
+        let d = all.check_n(1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(
+            d.retry_after(),
+            Duration::from_millis(500),
+            "the endpoint's retry"
+        );
+    }
+    // peek's remaining counts after the request it peeks: 100 - 2 - 1.
+    assert_eq!(read.peek().remaining(), 97);
+    assert_eq!(window.peek().remaining(), 47);
+    // A denial by the first member charges the later ones nothing either.
+    let spent = bucket(&clock, 1);
+    assert!(spent.check().is_allowed());
+    let other = bucket(&clock, 10);
+    let all = AllOf::new([spent.clone() as Arc<dyn Limit>, other.clone()]);
+    assert!(!all.check_n(1).unwrap().is_allowed());
+    assert_eq!(other.peek().remaining(), 9, "untouched");
+    // After the retry time, all pass together.
+    clock.advance(Duration::from_secs(1));
+    assert!(all.check_n(1).unwrap().is_allowed());
+    assert_eq!(other.peek().remaining(), 8);
+}
+
+#[test]
+fn the_binding_decision_is_the_tightest() {
+    let clock = ManualClock::new();
+    let loose = bucket(&clock, 100);
+    let tight = bucket(&clock, 4);
+    let all = AllOf::new([loose as Arc<dyn Limit>, tight.clone()]);
+    let d = all.check_n(1).unwrap();
+    assert_eq!((d.limit(), d.remaining()), (4, 3));
+    assert_eq!(all.quota(), Some(Quota::per_second(4).unwrap()));
+    assert_eq!(AllOf::new([]).quota(), None);
+    assert!(AllOf::new([]).check_n(1_000).unwrap().is_allowed());
+}
+
+#[test]
+fn a_cost_one_member_can_never_pass_is_an_error_consuming_nothing() {
+    let clock = ManualClock::new();
+    let big = bucket(&clock, 100);
+    let small = bucket(&clock, 5);
+    let all = AllOf::new([big.clone() as Arc<dyn Limit>, small]);
+    assert_eq!(
+        all.check_n(6),
+        Err(CheckError::CostExceedsCapacity {
+            cost: 6,
+            capacity: 5
+        })
+    );
+    assert_eq!(big.peek().remaining(), 99, "untouched");
+}
+
+#[test]
+fn keyed_members_and_window_logs_compose() {
+    let clock = ManualClock::new();
+    let per_endpoint = Arc::new(
+        KeyedRateLimiter::<String, SlidingWindowLog>::builder(Quota::per_second(3).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let write = bucket(&clock, 100);
+    let charges = AllOf::new([
+        write.clone() as Arc<dyn Limit>,
+        Arc::new(KeyedLimit::new(
+            Arc::clone(&per_endpoint),
+            "charges".to_string(),
+        )),
+    ]);
+    let refunds = AllOf::new([
+        write.clone() as Arc<dyn Limit>,
+        Arc::new(KeyedLimit::new(
+            Arc::clone(&per_endpoint),
+            "refunds".to_string(),
+        )),
+    ]);
+    let passed = (0..10)
+        .filter(|_| charges.check_n(1).unwrap().is_allowed())
+        .count();
+    assert_eq!(passed, 3);
+    assert!(refunds.check_n(1).unwrap().is_allowed(), "another key");
+    assert_eq!(
+        write.peek().remaining(),
+        95,
+        "3 charges + 1 refund, no denial charged"
+    );
+}
+
+/// Threads race through two AllOfs that share a limiter, with time frozen:
+/// the shared limiter must be charged exactly what the two others were.
+#[test]
+fn concurrent_all_ofs_sharing_a_limit_charge_all_or_nothing() {
+    for _ in 0..20 {
+        let clock = ManualClock::new();
+        let shared = bucket(&clock, 60);
+        let a = bucket(&clock, 40);
+        let b = bucket(&clock, 40);
+        let via_a = Arc::new(AllOf::new([shared.clone() as Arc<dyn Limit>, a.clone()]));
+        let via_b = Arc::new(AllOf::new([b.clone() as Arc<dyn Limit>, shared.clone()]));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let all = if t % 2 == 0 {
+                    Arc::clone(&via_a)
+                } else {
+                    Arc::clone(&via_b)
+                };
+                std::thread::spawn(move || {
+                    (0..200)
+                        .filter(|_| all.check_n(1).unwrap().is_allowed())
+                        .count()
+                })
+            })
+            .collect();
+        let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        // Time is frozen, so what a bucket has admitted is its capacity
+        // less what it could still admit.
+        let used = |l: &RateLimiter<TokenBucket, ManualClock>, cap: u32| {
+            let d = l.peek();
+            cap - d.remaining() - u32::from(d.is_allowed())
+        };
+        assert_eq!(admitted, 60);
+        assert_eq!(used(&shared, 60), used(&a, 40) + used(&b, 40));
+        assert_eq!(used(&shared, 60), 60);
+    }
+}
+
+/// The last slot of a shared limit, raced for by two AllOfs many times: the
+/// window between peek and check is where a partial charge would happen
+/// without the shared lock stripes.
+#[test]
+fn racing_for_the_last_shared_slot_never_charges_partially() {
+    let mut partial = 0;
+    for _ in 0..3000 {
+        let clock = ManualClock::new();
+        let shared = bucket(&clock, 1);
+        let a = bucket(&clock, 1);
+        let b = bucket(&clock, 1);
+        let via_a = Arc::new(AllOf::new([a.clone() as Arc<dyn Limit>, shared.clone()]));
+        let via_b = Arc::new(AllOf::new([b.clone() as Arc<dyn Limit>, shared.clone()]));
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let threads: Vec<_> = [via_a, via_b]
+            .into_iter()
+            .map(|all| {
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    all.check_n(1).unwrap().is_allowed()
+                })
+            })
+            .collect();
+        let admitted = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&x| x)
+            .count();
+        assert_eq!(admitted, 1);
+        let spent = |l: &RateLimiter<TokenBucket, ManualClock>| !l.peek().is_allowed();
+        if usize::from(spent(&a)) + usize::from(spent(&b)) != 1 {
+            partial += 1;
+        }
+    }
+    assert_eq!(partial, 0, "rounds where a denied request was charged");
+}
