@@ -22,6 +22,10 @@
 //!   (blocking, and async with feature `tokio`), with deadlines
 //!   ([`WaitError`]) and [`Jitter`]; with feature `tokio`, `TokioClock`
 //!   follows tokio's (pausable) time.
+//! * Outbound calls: [`OutboundLimiter`] waits under several limits and
+//!   follows the upstream's 429s and rate-limit headers
+//!   ([`UpstreamSignal`], [`Adaptation`]); [`presets`] for Stripe and
+//!   GitHub.
 //! * [`policy::AllOf`]: several limits that admit a request together or
 //!   not at all.
 //! * Errors: [`QuotaError`] for configurations that cannot work,
@@ -57,6 +61,7 @@ mod error;
 mod keyed;
 mod limiter;
 mod map;
+mod outbound;
 pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
@@ -73,6 +78,11 @@ pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
 pub use keyed::{KeyedBuilder, KeyedRateLimiter, Overflow};
 pub use limiter::RateLimiter;
+pub use outbound::presets;
+pub use outbound::{
+    Adaptation, HeaderError, OutboundLimiter, OutboundStats, UNIX_TIME_THRESHOLD, UpstreamSignal,
+    parse_retry_after,
+};
 pub use quota::{Delay, Quota};
 #[cfg(feature = "tokio")]
 pub use wait::TokioClock;

@@ -20,6 +20,11 @@ mod queue;
 #[cfg(feature = "tokio")]
 mod tokio_clock;
 
+#[cfg(feature = "tokio")]
+pub(crate) use engine::wait_async;
+pub(crate) use engine::{Gate, Step, step_of, wait_blocking};
+pub(crate) use queue::WaitQueue;
+
 pub use error::WaitError;
 pub use jitter::Jitter;
 pub use keyed::KeyedPacer;

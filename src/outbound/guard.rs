@@ -1,0 +1,406 @@
+//! The outbound guard: wait for a slot under several limits, and follow
+//! what the upstream says about its own.
+
+use super::adapt::{Adaptation, Throttle};
+use super::headers::UpstreamSignal;
+use crate::Decision;
+use crate::clock::{Clock, QuantaClock, duration_to_nanos};
+use crate::policy::{AllOf, Limit};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::wait::{Gate, Jitter, Step, WaitError, WaitQueue, step_of, wait_blocking};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Guards calls to a rate-limited upstream API (Stripe, GitHub, SendGrid):
+/// callers wait their turn under every configured limit at once, and the
+/// guard listens to the upstream's answers.
+///
+/// * **Waiting** works as in [`Pacer`](crate::Pacer): one FIFO queue, only
+///   the head consults the limits, nothing is consumed before admission, so
+///   a cancelled wait or a missed deadline costs nothing.
+/// * **Several limits** ([`AllOf`]): a call passes only when all admit it,
+///   and none is charged when one denies.
+/// * **Upstream feedback** ([`observe`](OutboundLimiter::observe)): on a 429
+///   (or a 503 with `Retry-After`) every waiter is paused until the
+///   upstream's `Retry-After`, or its reset (`X-RateLimit-Reset`, IETF
+///   `RateLimit`), or [`with_fallback_pause`](OutboundLimiter::with_fallback_pause)
+///   when it names none; a response that reports 0 remaining pauses until
+///   its reset. Repeated 429s lower the guard's own rate ([`Adaptation`]),
+///   and 429-free responses raise it back gradually. An advertised
+///   `RateLimit-Policy` slower than the configured limits caps the rate.
+///   No request is admitted while a pause recorded before its admission
+///   lasts.
+/// * Every pause is capped at [`with_max_pause`](OutboundLimiter::with_max_pause)
+///   (default one hour, GitHub's longest window), so a hostile or broken
+///   header cannot stall the client for years.
+///
+/// # Examples
+///
+/// A Stripe-shaped client: every call under the live-mode write limit, the
+/// charges endpoint under a limit of its own.
+///
+/// ```
+/// use rategate::policy::{AllOf, Limit};
+/// use rategate::{presets, OutboundLimiter, RateLimiter, TokenBucket, UpstreamSignal};
+/// use std::sync::Arc;
+/// use std::time::SystemTime;
+///
+/// let write = Arc::new(RateLimiter::<TokenBucket>::new(presets::stripe_live_write())?);
+/// let charges = Arc::new(RateLimiter::<TokenBucket>::new("20/s".parse()?)?);
+/// let guard = OutboundLimiter::new(AllOf::new([write as Arc<dyn Limit>, charges]));
+///
+/// guard.wait()?; // blocking; `guard.until_ready().await` with feature tokio
+/// // ... send the request, then tell the guard what came back:
+/// let answer = UpstreamSignal::from_pairs(429, [("Retry-After", "1")], SystemTime::now());
+/// guard.observe(&answer);
+/// assert!(guard.paused_for() > std::time::Duration::from_millis(900));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct OutboundLimiter<C: Clock = QuantaClock> {
+    limits: AllOf,
+    clock: C,
+    queue: Arc<WaitQueue>,
+    jitter: Jitter,
+    max_pause: u64,
+    fallback_pause: u64,
+    /// No admission before this time (guard clock, ns). Raised with
+    /// `fetch_max`; read by every admission attempt.
+    pause_until: AtomicU64,
+    /// Current pacing gap in ns per unit of cost (0: none), published by
+    /// `observe` from the throttle.
+    gap: AtomicU64,
+    /// Earliest time the next paced admission may go. Written only by the
+    /// queue's head (the fast path is off while pacing), so a plain
+    /// load/store is enough.
+    next_free: AtomicU64,
+    throttle: Mutex<Throttle>,
+    checks: AtomicU64,
+    admitted: AtomicU64,
+    limited: AtomicU64,
+}
+
+/// Counters of an [`OutboundLimiter`], for logs and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct OutboundStats {
+    /// Times the limits were consulted (checks that could admit).
+    pub checks: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Upstream answers that said the limit was hit (429, or 503 with
+    /// `Retry-After`).
+    pub limited: u64,
+    /// The guard's rate as a fraction of its configured rate.
+    pub rate_factor: f64,
+}
+
+impl<C: Clock> std::fmt::Debug for OutboundLimiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboundLimiter")
+            .field("limits", &self.limits)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutboundLimiter<QuantaClock> {
+    /// A guard over `limits` on the default clock. Use the same clock as the
+    /// limits (see [`with_clock`](OutboundLimiter::with_clock)).
+    pub fn new(limits: AllOf) -> Self {
+        Self::with_clock(limits, QuantaClock::new())
+    }
+}
+
+impl<C: Clock> OutboundLimiter<C> {
+    /// A guard over `limits`, timing pauses and pacing on `clock` (a
+    /// [`TokioClock`](crate::TokioClock) in tests under paused time).
+    pub fn with_clock(limits: AllOf, clock: C) -> Self {
+        let base_gap = limits
+            .quota()
+            .map_or(0, |q| q.period_nanos() / u64::from(q.limit()).max(1));
+        OutboundLimiter {
+            limits,
+            clock,
+            queue: Arc::default(),
+            jitter: Jitter::NONE,
+            max_pause: 3600 * 1_000_000_000,
+            fallback_pause: 1_000_000_000,
+            pause_until: AtomicU64::new(0),
+            gap: AtomicU64::new(0),
+            next_free: AtomicU64::new(0),
+            throttle: Mutex::new(Throttle::new(Adaptation::default(), base_gap)),
+            checks: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            limited: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds `jitter` to every wake-up that had to wait, pauses included, so
+    /// that many clients do not come back in lockstep.
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The longest pause any upstream answer can impose (default 1 hour).
+    #[must_use]
+    pub fn with_max_pause(mut self, max: Duration) -> Self {
+        self.max_pause = duration_to_nanos(max);
+        self
+    }
+
+    /// The pause after a 429 that names no time (default 1 s).
+    #[must_use]
+    pub fn with_fallback_pause(mut self, pause: Duration) -> Self {
+        self.fallback_pause = duration_to_nanos(pause);
+        self
+    }
+
+    /// How the guard's rate follows 429s ([`Adaptation::OFF`] to only
+    /// pause).
+    #[must_use]
+    pub fn with_adaptation(self, adaptation: Adaptation) -> Self {
+        {
+            let mut throttle = self.throttle.lock();
+            *throttle = Throttle::new(adaptation, throttle.base_gap_nanos());
+        }
+        self
+    }
+
+    /// The limits every call must pass.
+    pub fn limits(&self) -> &AllOf {
+        &self.limits
+    }
+
+    /// How long the current pause still lasts (zero when not paused).
+    pub fn paused_for(&self) -> Duration {
+        // Acquire pairs with the Release in `observe`; see there.
+        let until = self.pause_until.load(Ordering::Acquire);
+        Duration::from_nanos(until.saturating_sub(self.clock.now()))
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> OutboundStats {
+        // Relaxed: statistics.
+        OutboundStats {
+            checks: self.checks.load(Ordering::Relaxed),
+            admitted: self.admitted.load(Ordering::Relaxed),
+            limited: self.limited.load(Ordering::Relaxed),
+            rate_factor: self.throttle.lock().factor(),
+        }
+    }
+
+    /// Applies what a response said: pause, slow down, or recover.
+    pub fn observe(&self, signal: &UpstreamSignal) {
+        let now = self.clock.now();
+        let mut pause = None;
+        let gap = {
+            let mut throttle = self.throttle.lock();
+            if signal.is_limited() {
+                self.limited.fetch_add(1, Ordering::Relaxed);
+                throttle.on_limited(now);
+                pause = Some(
+                    signal
+                        .retry_after()
+                        .or(signal.reset_after())
+                        .map_or(self.fallback_pause, duration_to_nanos),
+                );
+            } else {
+                throttle.on_success(now);
+                if signal.remaining() == Some(0) {
+                    pause = signal.reset_after().map(duration_to_nanos);
+                }
+            }
+            if let Some((quota, window)) = signal.policy() {
+                throttle.on_policy(quota, window);
+            }
+            throttle.gap()
+        };
+        // Relaxed: a pacing parameter; a head that reads the previous value
+        // paces one request by it.
+        self.gap.store(gap, Ordering::Relaxed);
+        if let Some(pause) = pause {
+            let until = now.saturating_add(pause.min(self.max_pause));
+            // Release/Acquire with the admission's load: an admission that
+            // reads the clock after this store is ordered after it and sees
+            // the pause.
+            self.pause_until.fetch_max(until, Ordering::Release);
+        }
+    }
+
+    /// [`observe`](OutboundLimiter::observe) for a response given as status
+    /// and name/value pairs, arriving now.
+    pub fn observe_response<'a>(
+        &self,
+        status: u16,
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> UpstreamSignal {
+        let signal = UpstreamSignal::from_pairs(status, headers, SystemTime::now());
+        self.observe(&signal);
+        signal
+    }
+
+    /// [`observe`](OutboundLimiter::observe) for an [`http`] response's
+    /// status and headers (reqwest, hyper), arriving now. Feature `http`.
+    #[cfg(feature = "http")]
+    pub fn observe_http(
+        &self,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+    ) -> UpstreamSignal {
+        let signal = UpstreamSignal::from_http(status, headers, SystemTime::now());
+        self.observe(&signal);
+        signal
+    }
+
+    /// Blocks until a call of cost 1 may go.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_n`](OutboundLimiter::wait_n).
+    pub fn wait(&self) -> Result<Decision, WaitError> {
+        self.wait_n(1)
+    }
+
+    /// Blocks until a call of `cost` may go.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::CostExceedsCapacity`] at once when a limit can never
+    /// admit `cost`.
+    pub fn wait_n(&self, cost: u32) -> Result<Decision, WaitError> {
+        wait_blocking(
+            self,
+            self.queue.is_idle(),
+            || self.queue.join(),
+            cost,
+            None,
+            &self.jitter,
+        )
+    }
+
+    /// Blocks until a call of `cost` may go, or fails, consuming nothing,
+    /// when it cannot go by `deadline` (a pause past the deadline included).
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::DeadlineExceeded`], [`WaitError::QueuedAtDeadline`],
+    /// [`WaitError::CostExceedsCapacity`].
+    pub fn wait_n_by(&self, cost: u32, deadline: Instant) -> Result<Decision, WaitError> {
+        wait_blocking(
+            self,
+            self.queue.is_idle(),
+            || self.queue.join(),
+            cost,
+            Some(deadline),
+            &self.jitter,
+        )
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<C: Clock> OutboundLimiter<C> {
+    /// Waits until a call of cost 1 may go.
+    ///
+    /// # Errors
+    ///
+    /// As [`until_n_ready`](OutboundLimiter::until_n_ready).
+    pub async fn until_ready(&self) -> Result<Decision, WaitError> {
+        self.until_n_ready(1).await
+    }
+
+    /// Waits until a call of `cost` (GraphQL points, a batch) may go.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::CostExceedsCapacity`] at once when a limit can never
+    /// admit `cost`.
+    pub async fn until_n_ready(&self, cost: u32) -> Result<Decision, WaitError> {
+        crate::wait::wait_async(
+            self,
+            self.queue.is_idle(),
+            || self.queue.join(),
+            cost,
+            None,
+            &self.jitter,
+        )
+        .await
+    }
+
+    /// Waits until a call of `cost` may go, or fails, consuming nothing,
+    /// when it cannot go by `deadline` (on tokio's clock).
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::DeadlineExceeded`], [`WaitError::QueuedAtDeadline`],
+    /// [`WaitError::CostExceedsCapacity`].
+    pub async fn until_n_ready_by(
+        &self,
+        cost: u32,
+        deadline: tokio::time::Instant,
+    ) -> Result<Decision, WaitError> {
+        crate::wait::wait_async(
+            self,
+            self.queue.is_idle(),
+            || self.queue.join(),
+            cost,
+            Some(deadline),
+            &self.jitter,
+        )
+        .await
+    }
+}
+
+impl<C: Clock> OutboundLimiter<C> {
+    /// The pause or pacing wait at `now`, if any.
+    fn held(&self, now: u64) -> Option<u64> {
+        let until = self.pause_until.load(Ordering::Acquire);
+        if now < until {
+            return Some(until - now);
+        }
+        let next = self.next_free.load(Ordering::Relaxed);
+        if self.gap.load(Ordering::Relaxed) > 0 && now < next {
+            return Some(next - now);
+        }
+        None
+    }
+
+    fn decide(&self, cost: u32, record: bool) -> Result<Step, WaitError> {
+        let now = self.clock.now();
+        if let Some(wait) = self.held(now) {
+            return Ok(Step::Wait(wait));
+        }
+        if !record {
+            return step_of(self.limits.peek_n(cost)?);
+        }
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        let step = step_of(self.limits.check_n(cost)?)?;
+        if let Step::Pass(_) = step {
+            self.admitted.fetch_add(1, Ordering::Relaxed);
+            let gap = self.gap.load(Ordering::Relaxed);
+            if gap > 0 {
+                self.next_free.store(
+                    now.saturating_add(gap.saturating_mul(u64::from(cost))),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        Ok(step)
+    }
+}
+
+impl<C: Clock> Gate for OutboundLimiter<C> {
+    fn attempt(&self, cost: u32) -> Result<Step, WaitError> {
+        self.decide(cost, true)
+    }
+
+    fn probe(&self, cost: u32) -> Result<Step, WaitError> {
+        self.decide(cost, false)
+    }
+
+    fn fast_path(&self) -> bool {
+        // While pacing, only the head may admit, so `next_free` has a single
+        // writer. Paused: the head waits the pause out; newcomers queue.
+        self.gap.load(Ordering::Relaxed) == 0
+            && self.pause_until.load(Ordering::Acquire) <= self.clock.now()
+    }
+}

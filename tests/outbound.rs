@@ -1,0 +1,217 @@
+//! The outbound guard under paused tokio time: pauses, adaptation, policy
+//! caps, several limits, deadlines.
+#![cfg(feature = "tokio")]
+
+use rategate::policy::{AllOf, Limit};
+use rategate::{
+    Adaptation, OutboundLimiter, Quota, RateLimiter, TokenBucket, TokioClock, UpstreamSignal,
+    WaitError,
+};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+fn limit(per_sec: u32, burst: u32) -> Arc<RateLimiter<TokenBucket, TokioClock>> {
+    let quota = Quota::per_second(per_sec).unwrap().burst(burst).unwrap();
+    Arc::new(RateLimiter::with_clock(quota, TokioClock::new()).unwrap())
+}
+
+fn guard(limits: Vec<Arc<dyn Limit>>) -> Arc<OutboundLimiter<TokioClock>> {
+    Arc::new(OutboundLimiter::with_clock(
+        AllOf::new(limits),
+        TokioClock::new(),
+    ))
+}
+
+fn answer(status: u16, headers: &[(&str, &str)]) -> UpstreamSignal {
+    UpstreamSignal::from_pairs(status, headers.iter().copied(), SystemTime::now())
+}
+
+/// Admission times (ms from now) of `n` waiters spawned in order.
+async fn admissions(guard: &Arc<OutboundLimiter<TokioClock>>, n: usize) -> Vec<u64> {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let guard = Arc::clone(guard);
+            tokio::spawn(async move {
+                guard.until_ready().await.unwrap();
+                start.elapsed().as_millis() as u64
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_pauses_every_waiter_until_retry_after() {
+    let g = guard(vec![limit(100, 100)]);
+    g.observe(&answer(429, &[("Retry-After", "2")]));
+    assert_eq!(g.paused_for(), Duration::from_secs(2));
+    let times = admissions(&g, 5).await;
+    // None before the pause ends; after it, paced at the halved rate
+    // (50/s: 20 ms apart) that the 429 also set.
+    assert_eq!(times, vec![2000, 2020, 2040, 2060, 2080]);
+    assert_eq!(g.stats().limited, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_remaining_pauses_until_the_reset() {
+    let g = guard(vec![limit(100, 100)]);
+    g.observe(&answer(
+        200,
+        &[("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "3")],
+    ));
+    assert_eq!(admissions(&g, 2).await, vec![3000, 3000]);
+    // Remaining above zero pauses nothing.
+    g.observe(&answer(
+        200,
+        &[("X-RateLimit-Remaining", "7"), ("X-RateLimit-Reset", "3")],
+    ));
+    assert_eq!(admissions(&g, 1).await, vec![0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_without_a_time_uses_the_fallback_pause() {
+    let g = Arc::new(
+        OutboundLimiter::with_clock(
+            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
+            TokioClock::new(),
+        )
+        .with_fallback_pause(Duration::from_millis(750)),
+    );
+    g.observe(&answer(429, &[]));
+    assert_eq!(admissions(&g, 1).await, vec![750]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_429s_lower_the_rate_and_it_recovers_gradually() {
+    let g = guard(vec![limit(100, 100)]);
+    // Unpaced: 10 at once (burst).
+    assert_eq!(admissions(&g, 10).await, vec![0; 10]);
+    g.observe(&answer(429, &[("Retry-After", "0")]));
+    assert_eq!(g.stats().rate_factor, 0.5);
+    // Paced evenly at half of 100/s: 20 ms apart.
+    let t = admissions(&g, 5).await;
+    let gaps: Vec<u64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(gaps, vec![20; 4], "{t:?}");
+    // Another 429 in the same second counts once.
+    g.observe(&answer(429, &[("Retry-After", "0")]));
+    assert_eq!(g.stats().rate_factor, 0.5);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    g.observe(&answer(429, &[("Retry-After", "0")]));
+    assert_eq!(g.stats().rate_factor, 0.25);
+    // 429-free answers, one per second: +5% of the rate each.
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        g.observe(&answer(200, &[]));
+    }
+    assert!((g.stats().rate_factor - 1.0).abs() < 1e-9);
+    assert_eq!(admissions(&g, 10).await, vec![0; 10], "unpaced again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_advertised_slower_policy_caps_the_rate() {
+    let g = guard(vec![limit(100, 100)]);
+    g.observe(&answer(
+        200,
+        &[("RateLimit-Policy", r#""default";q=10;w=1"#)],
+    ));
+    let t = admissions(&g, 4).await;
+    assert_eq!(t, vec![0, 100, 200, 300]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_limits_all_must_admit() {
+    let read = limit(10, 1);
+    let endpoint = limit(2, 1);
+    let g = guard(vec![read.clone() as Arc<dyn Limit>, endpoint.clone()]);
+    let t = admissions(&g, 4).await;
+    assert_eq!(t, vec![0, 500, 1000, 1500], "the endpoint's 2/s binds");
+    // The read limit was charged 4 times, not once per denial: it is full
+    // again 100 ms after the last admission.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        read.peek().remaining(),
+        0,
+        "a burst of 1: peek would take the only slot"
+    );
+    assert!(read.peek().is_allowed());
+    // About one check per admission, plus one denial learning each slot.
+    let stats = g.stats();
+    assert_eq!(stats.admitted, 4);
+    assert!(stats.checks <= 2 * stats.admitted, "{stats:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_past_the_deadline_fails_at_once() {
+    let g = guard(vec![limit(100, 100)]);
+    g.observe(&answer(429, &[("Retry-After", "10")]));
+    let start = Instant::now();
+    let err = g
+        .until_n_ready_by(1, start + Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        WaitError::DeadlineExceeded {
+            ready_in: Duration::from_secs(10)
+        }
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(g.stats().checks, 0, "the limits were not even consulted");
+    let err = g.until_n_ready(101).await.unwrap_err();
+    assert!(matches!(
+        err,
+        WaitError::CostExceedsCapacity {
+            cost: 101,
+            capacity: 100
+        }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn hostile_pauses_are_capped() {
+    let g = Arc::new(
+        OutboundLimiter::with_clock(
+            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
+            TokioClock::new(),
+        )
+        .with_max_pause(Duration::from_secs(30)),
+    );
+    g.observe(&answer(429, &[("Retry-After", "99999999999999999999999")]));
+    assert_eq!(g.paused_for(), Duration::from_secs(30));
+    // The default cap is one hour.
+    let g = guard(vec![limit(100, 100)]);
+    g.observe(&answer(
+        200,
+        &[
+            ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", "999999999"),
+        ],
+    ));
+    assert_eq!(g.paused_for(), Duration::from_secs(3600));
+    // Junk pauses nothing.
+    let g = guard(vec![limit(100, 100)]);
+    let s = answer(200, &[("Retry-After", "-1"), ("X-RateLimit-Reset", "soon")]);
+    g.observe(&s);
+    assert_eq!(g.paused_for(), Duration::ZERO);
+    assert_eq!(s.errors().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptation_off_only_pauses() {
+    let g = Arc::new(
+        OutboundLimiter::with_clock(
+            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
+            TokioClock::new(),
+        )
+        .with_adaptation(Adaptation::OFF),
+    );
+    g.observe(&answer(429, &[("Retry-After", "1")]));
+    assert_eq!(g.stats().rate_factor, 1.0);
+    assert_eq!(admissions(&g, 3).await, vec![1000; 3]);
+}
