@@ -40,6 +40,7 @@
 
 use super::RedisError;
 use super::connection::Target;
+use super::key::KeySpace;
 use super::synced::store::{Lua, Record, Store};
 use super::synced::{Control, TaskSlot, WallClock};
 use crate::algorithm::check_cost;
@@ -270,6 +271,8 @@ struct Inner<C: Clock> {
     store: Store,
     lua: Lua,
     prefix: String,
+    /// Where the windows' budgets live in Redis.
+    keys: KeySpace,
     interval: Duration,
     min_slice: u64,
     max_slice: u64,
@@ -421,6 +424,7 @@ impl<C: Clock> LeaseBuilder<C> {
             return Err(RedisError::Config("the smallest slice must be at least 1"));
         }
         let max_slice = self.max_slice.unwrap_or(limit / 4).max(min_slice);
+        let keys = KeySpace::new(&self.prefix, "")?;
         let lua = Lua::new(include_str!("scripts/lease.lua"));
         let store = Store::connect(self.target, self.timeout, &[&lua]).await?;
         let limiter = LeasedLimiter {
@@ -434,6 +438,7 @@ impl<C: Clock> LeaseBuilder<C> {
                     store,
                     lua,
                     prefix: self.prefix,
+                    keys,
                     interval: self.interval,
                     min_slice: u64::from(min_slice),
                     max_slice: u64::from(max_slice),
@@ -625,6 +630,14 @@ impl<C: Clock> LeasedLimiter<C> {
     pub fn quota(&self) -> &Quota {
         &self.handle.inner.quota
     }
+
+    /// The Redis keys of `key`'s budgets for the current and the next
+    /// window: both in one Cluster slot, whatever `key` is.
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        let inner = &*self.handle.inner;
+        let window = inner.clock.now() / inner.period;
+        vec![inner.key(key, window), inner.key(key, window + 1)]
+    }
 }
 
 /// The background task: a regular round every interval, early renewals
@@ -715,7 +728,7 @@ impl<C: Clock> Inner<C> {
     }
 
     fn key(&self, key: &str, window: u64) -> String {
-        format!("{}:{{{}}}:lease:{}", self.prefix, key, window)
+        self.keys.key(key, &format!("lease:{window}"))
     }
 
     /// One round: plan, ask and give back in one batch, apply.

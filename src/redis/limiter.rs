@@ -1,6 +1,7 @@
 //! The Redis-backed keyed limiter.
 
 use super::connection::{Connection, Target, connect, share_limiter};
+use super::key::KeySpace;
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};
@@ -169,6 +170,8 @@ struct Inner<A: RedisAlgorithm, C: Clock> {
     clock: C,
     connection: Connection,
     prefix: String,
+    /// Where this limiter's keys live in Redis.
+    keys: KeySpace,
     timeout: Duration,
     store_down: StoreDown,
     insurance: Option<KeyedRateLimiter<String, A, C>>,
@@ -293,6 +296,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
             )?),
             _ => None,
         };
+        let keys = KeySpace::new(&self.prefix, "")?;
         let script = redis::Script::new(A::SCRIPT);
         let timeout = self.timeout;
         let connection = connect(self.target, timeout, &[&script]).await?;
@@ -307,6 +311,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
                 clock: self.clock,
                 connection,
                 prefix: self.prefix,
+                keys,
                 timeout,
                 store_down: self.store_down,
                 insurance,
@@ -393,7 +398,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         };
         let mut invocation = inner.script.prepare_invoke();
         for suffix in A::KEY_SUFFIXES {
-            invocation.key(format!("{}:{{{}}}:{}", inner.prefix, key, suffix));
+            invocation.key(inner.keys.key(key, suffix));
         }
         invocation.arg(now_arg).arg(cost);
         for param in &inner.params {
@@ -522,6 +527,16 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
     /// The quota.
     pub fn quota(&self) -> &Quota {
         &self.inner.quota
+    }
+
+    /// The Redis keys that hold `key`'s state, one per
+    /// [`KEY_SUFFIXES`](RedisAlgorithm::KEY_SUFFIXES) entry: all in one
+    /// Cluster slot, whatever `key` is (see the [module docs](super)).
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        A::KEY_SUFFIXES
+            .iter()
+            .map(|suffix| self.inner.keys.key(key, suffix))
+            .collect()
     }
 }
 

@@ -28,6 +28,7 @@ mod algorithm;
 mod algorithms;
 mod connection;
 mod error;
+mod key;
 pub mod lease;
 mod limiter;
 pub mod synced;

@@ -141,6 +141,7 @@ pub use wall_clock::WallClock;
 
 use super::RedisError;
 use super::connection::{Target, share_limiter};
+use super::key::KeySpace;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota};
 use dashmap::DashMap;
@@ -409,6 +410,8 @@ struct Inner<A: SyncAlgorithm, C: Clock> {
     store: Store,
     lua: Lua,
     prefix: String,
+    /// Where the keys' global usage lives in Redis.
+    keys: KeySpace,
     interval: Duration,
     /// Decides alongside the synced state while Redis is unreachable.
     insurance: Option<KeyedRateLimiter<String, A, C>>,
@@ -556,6 +559,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
                 "the outage share must be in (0, 1]",
             )?)
         };
+        let keys = KeySpace::new(&self.prefix, "")?;
         let lua = Lua::new(if algorithm.shape().windowed() {
             include_str!("scripts/sync_window.lua")
         } else {
@@ -573,6 +577,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
             store,
             lua,
             prefix: self.prefix,
+            keys,
             interval: self.interval,
             insurance,
             degraded: AtomicU64::new(0),
@@ -722,6 +727,21 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
     pub fn interval(&self) -> Duration {
         self.handle.inner.interval
     }
+
+    /// The Redis keys a sync now would use for `key`: the windows a
+    /// decision still looks at (window algorithms), or the key's global TAT
+    /// (token bucket). All in one Cluster slot, whatever `key` is.
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        let inner = &*self.handle.inner;
+        let shape = inner.algorithm.shape();
+        if !shape.windowed() {
+            return vec![inner.key(key, None)];
+        }
+        let current = inner.clock.now() / inner.period;
+        (current.saturating_sub(shape.lookback())..=current)
+            .map(|w| inner.key(key, Some(w)))
+            .collect()
+    }
 }
 
 /// The background task: a sync every interval until stopped.
@@ -767,8 +787,8 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
 
     fn key(&self, key: &str, window: Option<u64>) -> String {
         match window {
-            Some(w) => format!("{}:{{{}}}:sync:{}", self.prefix, key, w),
-            None => format!("{}:{{{}}}:sync", self.prefix, key),
+            Some(w) => self.keys.key(key, &format!("sync:{w}")),
+            None => self.keys.key(key, "sync"),
         }
     }
 
