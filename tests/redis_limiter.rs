@@ -252,3 +252,44 @@ fn unreachable_at_build_is_a_typed_error() {
         Err(rategate::redis::RedisError::Config(_))
     ));
 }
+
+/// Two denials with different costs: the cache must not combine the later
+/// deadline (cost 5, 5 s) with the smaller cost (3, 3 s) and deny cost 3
+/// after 3 s, which Redis admits.
+#[test]
+fn local_cache_never_denies_what_redis_admits() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        clock.set(1_000_000_000);
+        let quota = Quota::with_period(10, Duration::from_secs(10)).unwrap();
+        let limiter = RedisLimiter::<TokenBucket, ManualClock>::builder(quota)
+            .url(&server.url())
+            .prefix("cache-costs")
+            .time(TimeSource::Client(clock.clone()))
+            .build()
+            .await
+            .unwrap();
+        assert!(limiter.check_n("k", 10).await.unwrap().is_allowed());
+        let five = limiter.check_n("k", 5).await.unwrap();
+        assert!(!five.is_allowed());
+        assert_eq!(five.decision().retry_after(), Duration::from_secs(5));
+        let three = limiter.check_n("k", 3).await.unwrap();
+        assert_eq!(three.source(), Source::Redis);
+        assert!(!three.is_allowed());
+        assert_eq!(three.decision().retry_after(), Duration::from_secs(3));
+        // Within 3 s the cache may answer both costs; cost 5 still waits.
+        clock.advance(Duration::from_secs(1));
+        let cached = limiter.check_n("k", 3).await.unwrap();
+        assert_eq!(cached.source(), Source::LocalCache);
+        assert_eq!(cached.decision().retry_after(), Duration::from_secs(2));
+        clock.advance(Duration::from_secs(2));
+        let again = limiter.check_n("k", 3).await.unwrap();
+        assert!(
+            again.is_allowed(),
+            "Redis admits cost 3 after 3 s: {again:?}"
+        );
+        assert_eq!(again.source(), Source::Redis);
+    });
+}

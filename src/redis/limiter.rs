@@ -477,9 +477,13 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         cache
             .entry(key.to_owned())
             .and_modify(|(u, c)| {
-                if until > *u || cost < *c {
-                    *u = until.max(*u);
-                    *c = cost.min(*c);
+                // Each denial alone is true: costs of at least `c` cannot
+                // pass before `u`. Mixing two (the later deadline with the
+                // smaller cost) would deny what Redis admits; keep the old
+                // pair only if it covers the new one, else the new one.
+                if !(*c <= cost && *u >= until) {
+                    *u = until;
+                    *c = cost;
                 }
             })
             .or_insert((until, cost));
