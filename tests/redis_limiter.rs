@@ -293,3 +293,36 @@ fn local_cache_never_denies_what_redis_admits() {
         assert_eq!(again.source(), Source::Redis);
     });
 }
+
+/// Built, used and dropped inside an async context (a current-thread
+/// `block_on`, as in `async fn main`): dropping used to panic ("Cannot drop
+/// a runtime in a context where blocking is not allowed"), and an
+/// unreachable server panicked in `new` instead of returning `Err`.
+#[test]
+fn blocking_limiter_lives_and_dies_inside_async_code() {
+    let server = RedisServer::start();
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    current.block_on(async {
+        let builder = RedisLimiter::<TokenBucket>::builder(Quota::per_minute(3).unwrap())
+            .url(&server.url())
+            .prefix("blocking-async");
+        let limiter = BlockingRedisLimiter::new(builder).unwrap();
+        assert!(limiter.check("a").unwrap().is_allowed());
+        drop(limiter);
+        let port = redis_server::free_port();
+        let unreachable = RedisLimiter::<TokenBucket>::builder(Quota::per_minute(3).unwrap())
+            .url(&format!("redis://127.0.0.1:{port}/"))
+            .timeout(TIMEOUT);
+        assert!(BlockingRedisLimiter::new(unreachable).is_err());
+    });
+    runtime().block_on(async {
+        let builder = RedisLimiter::<TokenBucket>::builder(Quota::per_minute(3).unwrap())
+            .url(&server.url())
+            .prefix("blocking-async");
+        let limiter = BlockingRedisLimiter::new(builder).unwrap();
+        assert!(limiter.check("b").unwrap().is_allowed());
+    });
+}

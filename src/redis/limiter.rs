@@ -546,12 +546,24 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
 
 /// A [`RedisLimiter`] for synchronous callers: it owns a small tokio runtime
 /// and blocks the calling thread until the decision is made (within the
-/// timeout). Safe to call from any thread, also one inside another async
-/// runtime (it never nests `block_on`), though async code should use
-/// [`RedisLimiter`] directly.
+/// timeout). Safe to build, call and drop from any thread, also one inside
+/// another async runtime (it never nests `block_on`, and its runtime shuts
+/// down without blocking), though async code should use [`RedisLimiter`]
+/// directly.
 pub struct BlockingRedisLimiter<A: RedisAlgorithm, C: Clock = QuantaClock> {
     limiter: RedisLimiter<A, C>,
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (taken to shut it down).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl<A: RedisAlgorithm, C: Clock> Drop for BlockingRedisLimiter<A, C> {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks until its tasks stop, which tokio
+        // forbids (with a panic) inside an async context; this does not.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl<A: RedisAlgorithm, C: Clock> fmt::Debug for BlockingRedisLimiter<A, C> {
@@ -578,9 +590,20 @@ impl<A: RedisAlgorithm, C: Clock> BlockingRedisLimiter<A, C> {
             .enable_all()
             .build()
             .map_err(RedisError::Runtime)?;
-        let limiter = wait_on(&runtime, builder.build())
-            .unwrap_or(Err(RedisError::Config("the runtime stopped")))?;
-        Ok(BlockingRedisLimiter { limiter, runtime })
+        match wait_on(&runtime, builder.build()) {
+            Some(Ok(limiter)) => Ok(BlockingRedisLimiter {
+                limiter,
+                runtime: Some(runtime),
+            }),
+            failed => {
+                // Not dropped in place: see `Drop`.
+                runtime.shutdown_background();
+                Err(match failed {
+                    Some(Err(error)) => error,
+                    _ => RedisError::Config("the runtime stopped"),
+                })
+            }
+        }
     }
 
     /// Decides one request of `cost` for `key`, blocking.
@@ -591,11 +614,11 @@ impl<A: RedisAlgorithm, C: Clock> BlockingRedisLimiter<A, C> {
     pub fn check_n(&self, key: &str, cost: u32) -> Result<RedisDecision, CheckError> {
         let limiter = self.limiter.clone();
         let owned = key.to_owned();
-        wait_on(
-            &self.runtime,
-            async move { limiter.check_n(&owned, cost).await },
-        )
-        .unwrap_or_else(|| Ok(self.limiter.store_down_decision(key, cost)))
+        // The runtime is set in `new` and taken only in `drop`.
+        let decided = self.runtime.as_ref().and_then(|runtime| {
+            wait_on(runtime, async move { limiter.check_n(&owned, cost).await })
+        });
+        decided.unwrap_or_else(|| Ok(self.limiter.store_down_decision(key, cost)))
     }
 
     /// Decides one request of cost 1 for `key`, blocking.
