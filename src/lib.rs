@@ -18,6 +18,10 @@
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
 //!   [`StdClock`], [`ManualClock`] (tests).
+//! * Waiting for a slot instead of failing: [`Pacer`] and [`KeyedPacer`]
+//!   (blocking, and async with feature `tokio`), with deadlines
+//!   ([`WaitError`]) and [`Jitter`]; with feature `tokio`, `TokioClock`
+//!   follows tokio's (pausable) time.
 //! * Errors: [`QuotaError`] for configurations that cannot work,
 //!   [`CheckError`] for requests that can never pass.
 //! * With feature `redis`, the `redis` module: `RedisLimiter` (one atomic
@@ -55,6 +59,7 @@ mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod sync;
+mod wait;
 
 pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
@@ -66,6 +71,9 @@ pub use error::{CheckError, QuotaError};
 pub use keyed::{KeyedBuilder, KeyedRateLimiter, Overflow};
 pub use limiter::RateLimiter;
 pub use quota::{Delay, Quota};
+#[cfg(feature = "tokio")]
+pub use wait::TokioClock;
+pub use wait::{Jitter, KeyedPacer, Pacer, WaitError};
 
 /// Internals the loom models in `loom-tests/` check directly. Only under
 /// `--cfg rategate_loom`; not part of the API.
