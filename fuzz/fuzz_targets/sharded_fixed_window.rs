@@ -1,7 +1,8 @@
 //! `Sharded<FixedWindow, 3>` against the invariants (see `rategate_fuzz`):
 //! costs above 1 fall past the home shard, and `remaining`, `retry_after`
 //! and `reset_after` must still be what the shards together do. No model:
-//! the bound is the whole quota's.
+//! the bound is the whole quota's, for readings that never go back (see
+//! `Target::MONOTONIC`).
 
 #![no_main]
 
@@ -17,6 +18,7 @@ impl Target for Spec {
     type Model = ModelWindow;
 
     const FRAGMENTED: bool = true;
+    const MONOTONIC: bool = true;
 
     fn model_covers(_quota: &Quota) -> bool {
         false

@@ -1,7 +1,8 @@
 //! `Sharded<TokenBucket, 3>` against the invariants (see `rategate_fuzz`):
 //! costs above 1 fall past the home shard, extreme quotas split into
 //! shards with a third of the rate. No model: the bound is the whole
-//! bucket's, `burst + t / T`.
+//! bucket's, `burst + t / T`, for readings that never go back (see
+//! `Target::MONOTONIC`).
 
 #![no_main]
 
@@ -23,6 +24,7 @@ impl Target for Spec {
     type Model = ModelBucket;
 
     const FRAGMENTED: bool = true;
+    const MONOTONIC: bool = true;
 
     fn model_covers(_quota: &Quota) -> bool {
         false
