@@ -378,10 +378,15 @@ impl<C: Clock> OutboundLimiter<C> {
             self.admitted.fetch_add(1, Ordering::Relaxed);
             let gap = self.gap.load(Ordering::Relaxed);
             if gap > 0 {
-                self.next_free.store(
-                    now.saturating_add(gap.saturating_mul(u64::from(cost))),
-                    Ordering::Relaxed,
-                );
+                // Keep the schedule rather than restart it from `now`: a
+                // wake-up that is late (tokio's timer rounds up to the
+                // millisecond) must not lower the paced rate. A lateness of
+                // more than one gap is forgiven only up to one gap, so an
+                // idle guard lets at most two requests go back to back.
+                let step = gap.saturating_mul(u64::from(cost));
+                let previous = self.next_free.load(Ordering::Relaxed);
+                let next = previous.max(now.saturating_sub(step)).saturating_add(step);
+                self.next_free.store(next, Ordering::Relaxed);
             }
         }
         Ok(step)
