@@ -379,13 +379,16 @@ impl<C: Clock> OutboundLimiter<C> {
             let gap = self.gap.load(Ordering::Relaxed);
             if gap > 0 {
                 // Keep the schedule rather than restart it from `now`: a
-                // wake-up that is late (tokio's timer rounds up to the
-                // millisecond) must not lower the paced rate. A lateness of
-                // more than one gap is forgiven only up to one gap, so an
-                // idle guard lets at most two requests go back to back.
+                // wake-up that is late by tokio's timer resolution (it
+                // rounds up to the millisecond) must not lower the paced
+                // rate. Lateness beyond that is idleness and is not
+                // credited, so no burst follows a pause.
+                const TIMER_SLACK: u64 = 1_000_000;
                 let step = gap.saturating_mul(u64::from(cost));
                 let previous = self.next_free.load(Ordering::Relaxed);
-                let next = previous.max(now.saturating_sub(step)).saturating_add(step);
+                let next = previous
+                    .max(now.saturating_sub(TIMER_SLACK.min(step)))
+                    .saturating_add(step);
                 self.next_free.store(next, Ordering::Relaxed);
             }
         }
