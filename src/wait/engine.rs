@@ -101,8 +101,10 @@ fn sleep_for(wait: u64, budget: Option<u64>, jitter: &Jitter) -> Duration {
     }
 }
 
-fn budget_of(deadline: Option<Instant>, now: Instant) -> Option<u64> {
-    deadline.map(|d| crate::clock::duration_to_nanos(d.saturating_duration_since(now)))
+/// Nanoseconds left before `deadline`; reads the clock only when there is
+/// one (a free slot without a deadline costs no clock read here).
+fn budget_of(deadline: Option<Instant>) -> Option<u64> {
+    deadline.map(|d| crate::clock::duration_to_nanos(d.saturating_duration_since(Instant::now())))
 }
 
 /// Blocking wait. `deadline` is on the standard clock.
@@ -119,7 +121,7 @@ pub(crate) fn wait_blocking<G: Gate + ?Sized, P: AsRef<Place>>(
 ) -> Result<Decision, WaitError> {
     let mut learned = None;
     if idle && gate.fast_path() {
-        match consult(gate, cost, budget_of(deadline, Instant::now()))? {
+        match consult(gate, cost, budget_of(deadline))? {
             Step::Pass(d) => return Ok(finish_blocking(d)),
             Step::Wait(wait) => learned = Some(wait),
         }
@@ -136,7 +138,7 @@ pub(crate) fn wait_blocking<G: Gate + ?Sized, P: AsRef<Place>>(
         }
     }
     loop {
-        let budget = budget_of(deadline, Instant::now());
+        let budget = budget_of(deadline);
         let wait = match learned.take() {
             Some(wait) => wait,
             None => match consult(gate, cost, budget)? {
@@ -166,6 +168,11 @@ fn finish_blocking(decision: Decision) -> Decision {
 }
 
 /// Async wait on tokio's timer. `deadline` is on tokio's clock.
+///
+/// The fast path runs in this small future; the waiting loop, whose state
+/// (a timer, a queue place) is several times larger, is boxed and only
+/// allocated when the caller must wait, so that a free slot costs little
+/// more than a check.
 #[cfg(feature = "tokio")]
 pub(crate) async fn wait_async<G: Gate + ?Sized, P: AsRef<Place>>(
     gate: &G,
@@ -175,15 +182,33 @@ pub(crate) async fn wait_async<G: Gate + ?Sized, P: AsRef<Place>>(
     deadline: Option<tokio::time::Instant>,
     jitter: &Jitter,
 ) -> Result<Decision, WaitError> {
-    use super::queue::Head;
-    let budget_now = || deadline.map(|d| async_budget(d, tokio::time::Instant::now()));
     let mut learned = None;
     if idle && gate.fast_path() {
-        match consult(gate, cost, budget_now())? {
+        let budget = deadline.map(|d| async_budget(d, tokio::time::Instant::now()));
+        match consult(gate, cost, budget)? {
+            Step::Pass(d) if d.delay_nanos() == 0 => return Ok(d),
             Step::Pass(d) => return Ok(finish_async(d).await),
             Step::Wait(wait) => learned = Some(wait),
         }
     }
+    Box::pin(wait_async_queued(
+        gate, join, cost, deadline, jitter, learned,
+    ))
+    .await
+}
+
+/// The queued part of [`wait_async`].
+#[cfg(feature = "tokio")]
+async fn wait_async_queued<G: Gate + ?Sized, P: AsRef<Place>>(
+    gate: &G,
+    join: impl FnOnce() -> P,
+    cost: u32,
+    deadline: Option<tokio::time::Instant>,
+    jitter: &Jitter,
+    mut learned: Option<u64>,
+) -> Result<Decision, WaitError> {
+    use super::queue::Head;
+    let budget_now = || deadline.map(|d| async_budget(d, tokio::time::Instant::now()));
     let place = join();
     if place.as_ref().ahead() > 0 {
         learned = None;
