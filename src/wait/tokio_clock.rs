@@ -3,7 +3,7 @@
 use crate::Clock;
 
 /// A [`Clock`] reading [`tokio::time::Instant`]: it follows tokio's time,
-/// so under [`tokio::time::pause`] (or `#[tokio::test(start_paused = true)]`)
+/// so under `tokio::time::pause()` (or `#[tokio::test(start_paused = true)]`)
 /// a limiter's time stands still and jumps exactly as tokio's timers do, and
 /// tests of waiting run instantly and deterministically. In a running
 /// program it is the monotonic clock tokio reads (`std::time::Instant`).
