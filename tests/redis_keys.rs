@@ -237,3 +237,74 @@ fn any_key_gets_one_slot_and_its_own_redis_keys_on_a_cluster() {
     assert_eq!(synced.stats().errors, 0);
     assert_eq!(leased.stats().errors, 0);
 }
+
+/// Every builder defaulted to the prefix `rategate`, so a token bucket at
+/// 10 an hour and one at 10 a second shared `rategate:{u}:tat`: after the
+/// first admitted 10, the second admitted 0 of 10. The policy (algorithm,
+/// quota, time unit) is part of every key now; limiters of one policy and
+/// prefix still share, which is how nodes share a limit.
+#[test]
+fn limiters_of_different_policies_never_share_state() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let build = |quota: Quota| {
+            RedisLimiter::<TokenBucket>::builder(quota)
+                .url(&server.url())
+                .local_cache(false)
+                .build()
+        };
+        let hourly = build(Quota::per_hour(10).unwrap()).await.unwrap();
+        let per_second = build(Quota::per_second(10).unwrap()).await.unwrap();
+        let hourly_too = build(Quota::per_hour(10).unwrap()).await.unwrap();
+        for _ in 0..10 {
+            assert!(hourly.check("u").await.unwrap().is_allowed());
+        }
+        let mut admitted = 0;
+        for _ in 0..10 {
+            admitted += u32::from(per_second.check("u").await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, 10, "another quota, its own state");
+        // The same policy and prefix: one shared state.
+        assert!(!hourly_too.check("u").await.unwrap().is_allowed());
+
+        // Synced limiters: fixed window and sliding window counter of one
+        // quota, and two quotas of one algorithm, keep apart too.
+        let clock = rategate::ManualClock::new();
+        clock.set(3_600_000_000_000);
+        let quota = Quota::per_minute(5).unwrap();
+        let fw = SyncedLimiter::<FixedWindow>::builder(quota)
+            .url(&server.url())
+            .clock(clock.clone())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        let swc = SyncedLimiter::<SlidingWindowCounter>::builder(quota)
+            .url(&server.url())
+            .clock(clock.clone())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..5 {
+            assert!(fw.check("u").is_allowed());
+        }
+        fw.sync_now().await.unwrap();
+        swc.check_n("u", 0).unwrap();
+        swc.sync_now().await.unwrap();
+        assert_eq!(swc.check_n("u", 0).unwrap().remaining(), 5);
+        let leases = |limit| {
+            LeasedLimiter::builder(Quota::per_minute(limit).unwrap())
+                .url(&server.url())
+                .clock(clock.clone())
+                .background(false)
+                .build()
+        };
+        let small = leases(1).await.unwrap();
+        let large = leases(50).await.unwrap();
+        for _ in 0..50 {
+            assert!(large.acquire("u").await.unwrap().is_allowed());
+        }
+        assert!(small.acquire("u").await.unwrap().is_allowed(), "its own budget");
+    });
+}

@@ -43,9 +43,13 @@ async fn node(
 }
 
 fn granted(server: &RedisServer, key: &str, window: u64) -> u64 {
-    let v = server
-        .cli(&["GET", &format!("lease:{{{key}}}:lease:{window}")])
-        .unwrap();
+    // The policy segment (the quota) sits between the prefix and the key.
+    let name = format!("lease:*:{{{key}}}:lease:{window}");
+    let found = server.cli(&["KEYS", &name]).unwrap();
+    let Some(stored) = found.lines().next().filter(|l| !l.is_empty()) else {
+        return 0;
+    };
+    let v = server.cli(&["GET", stored]).unwrap();
     v.trim().parse().unwrap_or(0)
 }
 

@@ -207,8 +207,9 @@ fn known_trace_and_stored_state() {
         let quota: Quota = "2r/s burst=2".parse().unwrap();
         let redis =
             client_limiter::<LeakyBucket>(&Target::Single(&server), quota, "known", &clock).await;
+        let stored = redis.redis_keys("k")[0].clone();
         let state = || {
-            let out = server.cli(&["HMGET", "known:{k}:lb", "e", "l"]).unwrap();
+            let out = server.cli(&["HMGET", &stored, "e", "l"]).unwrap();
             out.lines().map(str::to_owned).collect::<Vec<_>>()
         };
         let d = redis.check("k").await.unwrap().decision();
@@ -315,7 +316,7 @@ fn server_time_smoke() {
         );
         // The TTL: until drained to a new key's level (4 s), plus the grace.
         let pttl: u64 = server
-            .cli(&["PTTL", "server:{u}:lb"])
+            .cli(&["PTTL", &limiter.redis_keys("u")[0]])
             .unwrap()
             .trim()
             .parse()

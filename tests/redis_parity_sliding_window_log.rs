@@ -193,7 +193,7 @@ fn known_traces() {
         assert_eq!(d.reset_after_nanos(), 250);
         // One sorted set: the entry at 1 300 (cost 2) and the state member.
         let members = server
-            .cli(&["ZRANGE", "known:{k}:log", "0", "-1", "WITHSCORES"])
+            .cli(&["ZRANGE", &redis.redis_keys("k")[0], "0", "-1", "WITHSCORES"])
             .unwrap();
         let members: Vec<&str> = members.lines().collect();
         assert_eq!(members, ["1300:2", "1300", "~1300:2", "inf"]);
@@ -275,7 +275,7 @@ fn server_time_smoke() {
         assert!(d.retry_after() <= hour && d.retry_after() > hour - Duration::from_secs(60));
         // The TTL: until the newest entry leaves the window, plus the grace.
         let pttl: u64 = server
-            .cli(&["PTTL", "server:{u}:log"])
+            .cli(&["PTTL", &limiter.redis_keys("u")[0]])
             .unwrap()
             .trim()
             .parse()

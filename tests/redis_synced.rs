@@ -14,6 +14,20 @@ use rategate::{
 use redis_server::{RedisCluster, RedisServer};
 use std::time::{Duration, Instant};
 
+/// The one Redis key `<prefix>:<policy>:<rest>` (the policy segment names
+/// the algorithm and the quota).
+fn stored(server: &RedisServer, prefix: &str, rest: &str) -> String {
+    let found = server
+        .cli(&["KEYS", &format!("{prefix}:*:{rest}")])
+        .unwrap();
+    let mut keys = found.lines().filter(|l| !l.is_empty());
+    let key = keys
+        .next()
+        .unwrap_or_else(|| panic!("no key {prefix}:*:{rest}"));
+    assert!(keys.next().is_none(), "several keys {prefix}:*:{rest}");
+    key.to_owned()
+}
+
 const HOUR: u64 = 3_600_000_000_000;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -157,7 +171,11 @@ fn redis_holds_each_windows_total() {
         b.sync_now().await.unwrap();
         let total = |w: u32| {
             server
-                .cli(&["HGET", &format!("w:{{k}}:sync:{w}"), "t"])
+                .cli(&[
+                    "HGET",
+                    &stored(&server, "w", &format!("{{k}}:sync:{w}")),
+                    "t",
+                ])
                 .unwrap()
                 .trim()
                 .to_owned()
@@ -165,7 +183,7 @@ fn redis_holds_each_windows_total() {
         assert_eq!(total(1), "15");
         assert_eq!(total(2), "2");
         let ttl: i64 = server
-            .cli(&["PTTL", "w:{k}:sync:2"])
+            .cli(&["PTTL", &stored(&server, "w", "{k}:sync:2")])
             .unwrap()
             .trim()
             .parse()
@@ -200,7 +218,9 @@ fn one_round_trip_carries_many_keys() {
         let stats = a.stats();
         assert_eq!(stats.round_trips, 1);
         assert_eq!(stats.keys_synced, 1_200);
-        let v = server.cli(&["HGET", "many:{key-5}:sync:0", "t"]).unwrap();
+        let v = server
+            .cli(&["HGET", &stored(&server, "many", "{key-5}:sync:0"), "t"])
+            .unwrap();
         assert_eq!(v.trim(), "3");
         // Nothing pending, nothing checked since: keys linger one more sync
         // and then, idle only at the window's end, stay until it passes.
@@ -277,7 +297,11 @@ fn shutdown_flush_loses_no_counts() {
         }
         for ((k, window), n) in expected {
             let got = server
-                .cli(&["HGET", &format!("flush:{{k{k}}}:sync:{window}"), "t"])
+                .cli(&[
+                    "HGET",
+                    &stored(&server, "flush", &format!("{{k{k}}}:sync:{window}")),
+                    "t",
+                ])
                 .unwrap();
             let got: usize = got.trim().parse().unwrap_or(0);
             assert_eq!(got, n, "k{k} window {window}");
@@ -344,7 +368,9 @@ fn outage_and_restart_reconcile_deltas() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         a.sync_now().await.unwrap();
-        let total = server.cli(&["HGET", "out:{k}:sync:1", "t"]).unwrap();
+        let total = server
+            .cli(&["HGET", &stored(&server, "out", "{k}:sync:1"), "t"])
+            .unwrap();
         assert_eq!(total.trim(), "55", "every outage delta reached Redis");
         // 10 before the outage + 53 + 2 during it.
         assert_eq!(left(&a, "k"), 100 - 65);

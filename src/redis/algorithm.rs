@@ -11,8 +11,9 @@ pub const LUA_EXACT: u64 = 1 << 53;
 ///
 /// # The script contract
 ///
-/// * `KEYS`: the algorithm's keys, `{prefix}:{<user key>}:{suffix}` for each
-///   of [`KEY_SUFFIXES`](RedisAlgorithm::KEY_SUFFIXES); the `{...}` hash tag
+/// * `KEYS`: the algorithm's keys, `<prefix>:<policy>:{<tag>}:<suffix>` for
+///   each of [`KEY_SUFFIXES`](RedisAlgorithm::KEY_SUFFIXES), the tag being
+///   the user key escaped (never empty, never a brace); the `{...}` hash tag
 ///   puts them in one Redis Cluster slot.
 /// * `ARGV[1]`: now in ticks, or `-1` to read the server's `TIME` (the
 ///   script then uses microseconds since the Unix epoch, and the caller

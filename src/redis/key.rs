@@ -24,6 +24,15 @@
 //! the tag's `{` is the key's first.
 
 use super::RedisError;
+use crate::Quota;
+
+/// A quota as a key segment: its canonical text (which parses back to an
+/// equal quota, so distinct quotas give distinct segments) with commas for
+/// spaces: `100/1m`, `10/1s,burst=20,nodelay`.
+pub(crate) fn quota_segment(quota: &Quota) -> String {
+    quota.to_string().replace(' ', ",")
+}
+
 /// The tag of the empty key: not the encoding of any other key.
 const EMPTY_TAG: &str = "%";
 

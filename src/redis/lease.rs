@@ -32,7 +32,8 @@
 //! [synced limiter](super::SyncedLimiter) but no overshoot; unused slices
 //! held at a window's end are lost to that window (a small under-admission).
 //!
-//! Redis keys: `{prefix}:{<key>}:lease:<window>`, the units of that window's
+//! Redis keys: `<prefix>:<limit>/<period>:{<tag>}:lease:<window>` (the tag
+//! is the user key escaped, see the [module docs](super)), the units of that window's
 //! budget granted and not returned, with a TTL of two periods plus 1 s (never
 //! shorter than the window on any node's clock: an early expiry would reopen
 //! the budget). Clocks: as for the synced limiter, every node needs the same
@@ -40,7 +41,7 @@
 
 use super::RedisError;
 use super::connection::Target;
-use super::key::KeySpace;
+use super::key::{KeySpace, quota_segment};
 use super::synced::store::{Lua, Record, Store};
 use super::synced::{Control, TaskSlot, WallClock};
 use crate::algorithm::check_cost;
@@ -346,7 +347,9 @@ impl<C: Clock> LeaseBuilder<C> {
         self
     }
 
-    /// The namespace of the Redis keys (default `rategate`).
+    /// The namespace of the Redis keys (default `rategate`); it may not
+    /// contain `{` or `}`. Nodes share a key's budget when prefix, limit and
+    /// period are equal; the limit and period are part of every key.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_owned();
         self
@@ -424,7 +427,10 @@ impl<C: Clock> LeaseBuilder<C> {
             return Err(RedisError::Config("the smallest slice must be at least 1"));
         }
         let max_slice = self.max_slice.unwrap_or(limit / 4).max(min_slice);
-        let keys = KeySpace::new(&self.prefix, "")?;
+        // The budget (limit and period: the burst is not used) is part of
+        // every key, so that leases of different quotas never share one.
+        let budget = Quota::with_period(limit, self.quota.period())?;
+        let keys = KeySpace::new(&self.prefix, &quota_segment(&budget))?;
         let lua = Lua::new(include_str!("scripts/lease.lua"));
         let store = Store::connect(self.target, self.timeout, &[&lua]).await?;
         let limiter = LeasedLimiter {

@@ -1,7 +1,7 @@
 //! The Redis-backed keyed limiter.
 
 use super::connection::{Connection, Target, connect, share_limiter};
-use super::key::KeySpace;
+use super::key::{KeySpace, quota_segment};
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};
@@ -231,7 +231,11 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         self
     }
 
-    /// The namespace of this limiter's Redis keys (default `rategate`).
+    /// The namespace of this limiter's Redis keys (default `rategate`); it
+    /// may not contain `{` or `}`. Limiters share state when prefix,
+    /// algorithm, quota and time source are all equal (the nodes of one
+    /// service); a different quota or algorithm never shares, whatever the
+    /// prefix. Use distinct prefixes to keep limiters of one policy apart.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_owned();
         self
@@ -296,7 +300,12 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
             )?),
             _ => None,
         };
-        let keys = KeySpace::new(&self.prefix, "")?;
+        // The policy is part of every key: limiters with different quotas
+        // or time units never share state by accident, and the key suffixes
+        // name the algorithm.
+        let unit = if client_time { "ns" } else { "us" };
+        let policy = format!("{}:{unit}", quota_segment(&self.quota));
+        let keys = KeySpace::new(&self.prefix, &policy)?;
         let script = redis::Script::new(A::SCRIPT);
         let timeout = self.timeout;
         let connection = connect(self.target, timeout, &[&script]).await?;

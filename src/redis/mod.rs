@@ -9,9 +9,15 @@
 //!   microseconds, so app servers with skewed clocks agree.
 //!   [`TimeSource::Client`]: the caller's clock in nanoseconds, for tests and
 //!   parity checks against the in-memory limiter.
-//! * Keys are `{prefix}:{<key>}:{suffix}`: the `{...}` hash tag keeps a
-//!   key's Redis keys in one Cluster slot; each has a TTL, so idle keys
-//!   vanish.
+//! * Keys are `<prefix>:<policy>:{<tag>}:<suffix>`. The tag is the user
+//!   key, escaped so that it is never empty and never holds a brace: a
+//!   client-chosen key cannot pick its own slot layout, and all of a key's
+//!   Redis keys share one Cluster slot. The policy (the quota, and the time
+//!   unit or the algorithm; the suffix names the algorithm's state) keeps
+//!   limiters of different policies apart even under one prefix: limiters
+//!   share state exactly when prefix, algorithm, quota (and, for
+//!   [`RedisLimiter`], time source) are equal, which is how the nodes of
+//!   one service share a limit. Each key has a TTL, so idle keys vanish.
 //! * When Redis is down or slow (every call has a timeout), a [`StoreDown`]
 //!   policy decides: fail open, fail closed, or a local insurance limiter
 //!   with a share of the quota. Reconnection is automatic. The decision's

@@ -118,13 +118,17 @@
 //!
 //! # Redis keys
 //!
-//! * `{prefix}:{<key>}:sync:<window>` (window algorithms): a hash, `t` the
-//!   window's total over all nodes and `i` its incarnation id; TTL the
-//!   window's life (one period, two for the sliding window counter) plus 1 s.
-//! * `{prefix}:{<key>}:sync` (token bucket): the global TAT in microseconds;
-//!   TTL until it has passed plus 1 s.
+//! * `<prefix>:<alg>:<quota>:{<tag>}:sync:<window>` (window algorithms,
+//!   `alg` `fw` or `swc`): a hash, `t` the window's total over all nodes and
+//!   `i` its incarnation id; TTL the window's life (one period, two for the
+//!   sliding window counter) plus 1 s.
+//! * `<prefix>:tb:<quota>:{<tag>}:sync` (token bucket): the global TAT in
+//!   microseconds; TTL until it has passed plus 1 s.
 //!
-//! The `{...}` hash tag keeps a key in one Cluster slot.
+//! The tag is the user key escaped (see the [module docs](super)): never
+//! empty, never a brace, so all of a key's Redis keys share one Cluster
+//! slot. The algorithm and quota in the name keep limiters of different
+//! policies apart under one prefix.
 //!
 //! # Clocks
 //!
@@ -141,7 +145,7 @@ pub use wall_clock::WallClock;
 
 use super::RedisError;
 use super::connection::{Target, share_limiter};
-use super::key::KeySpace;
+use super::key::{KeySpace, quota_segment};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota};
 use dashmap::DashMap;
@@ -482,8 +486,10 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
         self
     }
 
-    /// The namespace of the Redis keys (default `rategate`). Nodes that
-    /// share a limit use the same prefix, quota and algorithm.
+    /// The namespace of the Redis keys (default `rategate`); it may not
+    /// contain `{` or `}`. Nodes share a limit when prefix, algorithm and
+    /// quota are equal; the algorithm and quota are part of every key, so
+    /// limiters of different policies never share counts.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_owned();
         self
@@ -559,7 +565,15 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
                 "the outage share must be in (0, 1]",
             )?)
         };
-        let keys = KeySpace::new(&self.prefix, "")?;
+        // The algorithm and quota are part of every key, so that limiters
+        // of different policies never share counts by accident.
+        let name = match algorithm.shape() {
+            Shape::Fixed(_) => "fw",
+            Shape::Sliding(_) => "swc",
+            Shape::Bucket(_) => "tb",
+        };
+        let policy = format!("{name}:{}", quota_segment(&self.quota));
+        let keys = KeySpace::new(&self.prefix, &policy)?;
         let lua = Lua::new(if algorithm.shape().windowed() {
             include_str!("scripts/sync_window.lua")
         } else {

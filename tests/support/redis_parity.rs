@@ -393,8 +393,7 @@ pub async fn server_time_smoke<A: RedisAlgorithm>(
     assert!(!d.is_allowed());
     assert_eq!(d.remaining(), 0);
     assert!(d.retry_after() > Duration::ZERO && d.retry_after() <= max_retry);
-    for suffix in A::KEY_SUFFIXES {
-        let key = format!("server:{{u}}:{suffix}");
+    for key in limiter.redis_keys("u") {
         let pttl: i64 = server.cli(&["PTTL", &key]).unwrap().trim().parse().unwrap();
         // -2: the key does not exist (a two-key script's older window).
         assert!(pttl == -2 || pttl > 0, "{key}: PTTL {pttl}");
@@ -438,8 +437,7 @@ pub async fn ttls_cover_the_time_to_idle<A: RedisAlgorithm>(
             "step {i}: {d:?}"
         );
         let ttl = d.reset_after_nanos().div_ceil(1_000_000).max(1);
-        for (suffix, &present) in A::KEY_SUFFIXES.iter().zip(keys) {
-            let key = format!("ttl:{{u}}:{suffix}");
+        for (key, &present) in limiter.redis_keys("u").iter().zip(keys) {
             let at: i64 = server
                 .cli(&["PEXPIRETIME", &key])
                 .unwrap()

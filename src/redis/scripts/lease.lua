@@ -2,7 +2,7 @@
 -- many keys. Each window of each key has a budget of `limit` units; nodes
 -- take slices of it and give back what they did not use.
 --
--- KEYS[i]     `{prefix}:{<key>}:lease:<window>`: units of that window's budget
+-- KEYS[i]     `<prefix>:<budget>:{<tag>}:lease:<window>`: units of that window's budget
 --             granted to nodes and not given back.
 -- ARGV[1]     the limit: the budget of every window.
 -- ARGV[2]     the TTL in milliseconds: at least until the window has ended

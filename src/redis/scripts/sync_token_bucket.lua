@@ -1,7 +1,7 @@
 -- Batched sync of token buckets (GCRA): one call carries the records of
 -- many keys.
 --
--- KEYS[i]       `{prefix}:{<key>}:sync`: the key's global theoretical arrival
+-- KEYS[i]       `<prefix>:tb:<quota>:{<tag>}:sync`: the key's global theoretical arrival
 --               time (TAT), in microseconds of the nodes' shared clock.
 -- ARGV[1]       now, in microseconds (for the TTL).
 -- ARGV[2]       a TTL margin in milliseconds, for clock skew between nodes.

@@ -2,7 +2,7 @@
 -- one call carries the records of many keys; each record is one window of
 -- one key.
 --
--- KEYS[i]     `{prefix}:{<key>}:sync:<window>`: a hash holding the key's
+-- KEYS[i]     `<prefix>:<alg>:<quota>:{<tag>}:sync:<window>`: a hash holding the key's
 --             admissions in that window summed over every node (`t`), and an
 --             incarnation id (`i`) set by whoever created it, so that a node
 --             can tell a count that restarted from zero (Redis lost its data)
