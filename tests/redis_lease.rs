@@ -241,3 +241,50 @@ fn outage_never_lets_a_node_exceed_what_it_holds() {
         a.shutdown().await.unwrap();
     });
 }
+
+/// A cost above the largest slice (a quarter of the limit by default) but
+/// within the limit passes once the window's budget allows it: at 100 a
+/// minute a fresh key used to admit cost 25 and never 26, 50 or 100; at
+/// limit 3, cost 2 never, with a denial saying "retry after 1 ms". A cost
+/// the window can no longer cover is told to wait for the next window.
+#[test]
+fn costs_above_the_largest_slice_pass_and_denials_say_when() {
+    runtime().block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        // 10 s into window 1000: 50 s left in it.
+        clock.set(60_010_000_000_000);
+        let build = |limit| {
+            LeasedLimiter::builder(Quota::per_minute(limit).unwrap())
+                .url(&server.url())
+                .prefix("big")
+                .clock(clock.clone())
+                .background(false)
+                .build()
+        };
+        let a = build(100).await.unwrap();
+        for (key, cost) in [("k26", 26), ("k50", 50), ("k100", 100)] {
+            let d = a.acquire_n(key, cost).await.unwrap();
+            assert!(d.is_allowed(), "{key}: {d:?}");
+        }
+        assert!(a.acquire_n("k26", 50).await.unwrap().is_allowed());
+        // 76 of 100 used: 25 is fine, 100 not before the next window.
+        let d = a.acquire_n("k26", 100).await.unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Duration::from_secs(50), "{d:?}");
+        assert!(a.acquire_n("k26", 24).await.unwrap().is_allowed());
+
+        let small = build(3).await.unwrap();
+        let d = small.acquire_n("s", 2).await.unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+        let d = small.acquire_n("s", 2).await.unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Duration::from_secs(50), "{d:?}");
+        assert!(small.acquire_n("s", 1).await.unwrap().is_allowed());
+        // Without acquire: the first check asks, the next round grants.
+        let d = small.check_n("t", 3).unwrap();
+        assert!(!d.is_allowed());
+        small.sync_now().await.unwrap();
+        assert!(small.check_n("t", 3).unwrap().is_allowed());
+    });
+}

@@ -16,9 +16,12 @@
 //! * A slice dies with its window (its Redis key expires); a return adds
 //!   back only to the window it came from, while that window lasts.
 //! * A node with no traffic holds no quota: an idle tick returns its slices.
-//! * When the slice is spent and a renewal is in flight, a check **denies**
-//!   (never exceeds), with a `retry_after` of the last renewal's round trip
-//!   (or the window's end once Redis has said the window's budget is gone).
+//! * When the slice cannot cover a check's cost, the check **denies** (never
+//!   exceeds) and asks for a renewal at least as large as that cost (a
+//!   cost above the usual slice size still passes once the window's budget
+//!   allows it), with a `retry_after` of the last renewal's round trip; or
+//!   of the window's end once Redis has said that what is left of the
+//!   window's budget, with what this node holds, cannot cover the cost.
 //!   [`acquire_n`](LeasedLimiter::acquire_n) instead waits for the renewal.
 //! * Redis unreachable: nodes admit what they hold and deny beyond it; the
 //!   bound holds through the outage. Units of a request that timed out are
@@ -103,8 +106,12 @@ struct Lease {
     /// The slice size last chosen; a check that leaves fewer units than
     /// half of it asks for a renewal.
     target: AtomicU64,
-    /// `window + 1` of a window whose budget Redis reported spent; 0: none.
-    exhausted: AtomicU64,
+    /// The largest cost denied since the last round: the next slice is at
+    /// least this large, so that any cost within the limit can pass.
+    need: AtomicU64,
+    /// What Redis last said is left of a window's budget (not granted to
+    /// any node): `tag << 32 | units`, the tag as in `slots`; 0: unknown.
+    room: AtomicU64,
 }
 
 impl Lease {
@@ -170,6 +177,28 @@ impl Lease {
                 Err(observed) => word = observed,
             }
         }
+    }
+
+    /// What Redis last said is left of `window`'s budget, if it said.
+    fn room(&self, window: u64) -> Option<u64> {
+        // Relaxed: a hint written by the rounds; stale only until the next.
+        let word = self.room.load(Ordering::Relaxed);
+        (word != 0 && word >> 32 == (window & TAG_MASK) + 1).then_some(word & TAG_MASK)
+    }
+
+    /// Records what is left of `window`'s budget (`units` below 2^32: the
+    /// limit is a u32).
+    fn set_room(&self, window: u64, units: u64) {
+        // The tag is offset by one so that a word of 0 means "unknown".
+        let word = (((window & TAG_MASK) + 1) << 32) | units.min(TAG_MASK);
+        self.room.store(word, Ordering::Relaxed);
+    }
+
+    /// Whether `cost` cannot pass in `window` whatever renewals do: what
+    /// this node holds plus what Redis last said is left is too little.
+    fn cannot_fit(&self, window: u64, cost: u64) -> bool {
+        self.room(window)
+            .is_some_and(|room| self.held(window) + room < cost)
     }
 
     /// Takes every unit held for `window` (to give them back).
@@ -526,7 +555,7 @@ impl<C: Clock> LeasedLimiter<C> {
     pub async fn acquire_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
         let decision = self.check_n(key, cost)?;
         let inner = &self.handle.inner;
-        if decision.is_allowed() || inner.spent(key) {
+        if decision.is_allowed() || inner.cannot_fit(key, u64::from(cost)) {
             return Ok(decision);
         }
         // Errors are counted; the decision below then denies.
@@ -701,8 +730,12 @@ impl<C: Clock> Inner<C> {
             }
             None => {
                 lease.denied.fetch_add(cost64, Ordering::Relaxed);
-                let spent = lease.exhausted.load(Ordering::Relaxed) == window + 1;
-                let retry = if spent {
+                // The next slice covers this cost (a slice only as large as
+                // the usual demand would never let it pass).
+                lease.need.fetch_max(cost64, Ordering::Relaxed);
+                let retry = if lease.cannot_fit(window, cost64) {
+                    // Redis said the window cannot cover it: not before
+                    // the next one (unless other nodes give slices back).
                     until_end
                 } else {
                     self.want(lease);
@@ -724,13 +757,13 @@ impl<C: Clock> Inner<C> {
         }
     }
 
-    /// Whether `key`'s current window is known to have no budget left.
-    fn spent(&self, key: &str) -> bool {
+    /// Whether `cost` for `key` is known not to fit in the current window.
+    fn cannot_fit(&self, key: &str, cost: u64) -> bool {
         let window = self.clock.now() / self.period;
-        // Relaxed: a hint; a stale read costs one round trip.
+        // A hint; a stale one costs one round trip.
         self.map
             .get(key)
-            .is_some_and(|l| l.exhausted.load(Ordering::Relaxed) == window + 1)
+            .is_some_and(|l| l.cannot_fit(window, cost))
     }
 
     fn key(&self, key: &str, window: u64) -> String {
@@ -781,6 +814,9 @@ impl<C: Clock> Inner<C> {
             } else {
                 lease.target.load(Ordering::Relaxed).max(self.min_slice)
             };
+            // A denied cost above the usual slice: ask for enough to cover
+            // it (at most the limit, which a cost never exceeds).
+            let target = target.max(lease.need.swap(0, Ordering::Relaxed).min(self.limit));
             let mut windows = vec![window];
             if prefetch {
                 windows.push(window + 1);
@@ -871,11 +907,11 @@ impl<C: Clock> Inner<C> {
             if plan.amount > 0 {
                 c.granted.fetch_add(moved, Ordering::Relaxed);
                 plan.lease.credit(plan.window, moved);
-                if moved < amount && u64::try_from(granted).unwrap_or(0) >= self.limit {
-                    plan.lease
-                        .exhausted
-                        .store(plan.window + 1, Ordering::Relaxed);
-                }
+                // What no node holds of the window now: whether a large
+                // cost can still pass in it (see `Lease::cannot_fit`).
+                let granted = u64::try_from(granted).unwrap_or(self.limit);
+                plan.lease
+                    .set_room(plan.window, self.limit.saturating_sub(granted));
             } else {
                 c.returned.fetch_add(moved, Ordering::Relaxed);
             }
