@@ -119,7 +119,7 @@ impl<C: Clock> OutboundLimiter<C> {
         OutboundLimiter {
             limits,
             clock,
-            queue: Arc::default(),
+            queue: Arc::new(WaitQueue::default()),
             jitter: Jitter::NONE,
             max_pause: 3600 * 1_000_000_000,
             fallback_pause: 1_000_000_000,
@@ -271,7 +271,7 @@ impl<C: Clock> OutboundLimiter<C> {
         wait_blocking(
             self,
             self.queue.is_idle(),
-            || self.queue.join(),
+            || WaitQueue::join(&self.queue),
             cost,
             None,
             &self.jitter,
@@ -289,7 +289,7 @@ impl<C: Clock> OutboundLimiter<C> {
         wait_blocking(
             self,
             self.queue.is_idle(),
-            || self.queue.join(),
+            || WaitQueue::join(&self.queue),
             cost,
             Some(deadline),
             &self.jitter,
@@ -318,7 +318,7 @@ impl<C: Clock> OutboundLimiter<C> {
         crate::wait::wait_async(
             self,
             self.queue.is_idle(),
-            || self.queue.join(),
+            || WaitQueue::join(&self.queue),
             cost,
             None,
             &self.jitter,
@@ -341,7 +341,7 @@ impl<C: Clock> OutboundLimiter<C> {
         crate::wait::wait_async(
             self,
             self.queue.is_idle(),
-            || self.queue.join(),
+            || WaitQueue::join(&self.queue),
             cost,
             Some(deadline),
             &self.jitter,

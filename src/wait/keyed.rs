@@ -166,7 +166,7 @@ where
         self.queued.fetch_add(1, Ordering::Relaxed);
         let entry = self.queues.entry(key.to_owned()).or_default();
         // Joined while the entry's shard lock is held: see the drop.
-        let place = entry.value().join();
+        let place = WaitQueue::join(entry.value());
         drop(entry);
         KeyedPlace {
             place,

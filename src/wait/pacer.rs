@@ -94,7 +94,7 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     pub fn new(limiter: RateLimiter<A, C>) -> Self {
         Pacer {
             limiter,
-            queue: Arc::default(),
+            queue: Arc::new(WaitQueue::default()),
             jitter: Jitter::NONE,
         }
     }
@@ -145,7 +145,7 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
         engine::wait_blocking(
             &self.limiter,
             self.queue.is_idle(),
-            || self.queue.join(),
+            || WaitQueue::join(&self.queue),
             cost,
             deadline,
             &self.jitter,
@@ -242,7 +242,7 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
         engine::wait_async(
             &self.limiter,
             self.queue.is_idle(),
-            || self.queue.join(),
+            || WaitQueue::join(&self.queue),
             cost,
             deadline,
             &self.jitter,

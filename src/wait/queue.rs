@@ -18,7 +18,7 @@ use std::thread::Thread;
 use std::time::Instant;
 
 /// The waiters of one limit, in arrival order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WaitQueue {
     /// Places taken and not yet freed. Read without the lock by the fast
     /// path, which only uses it as a hint: "nobody is waiting, consult the
@@ -57,6 +57,15 @@ impl Wake {
     }
 }
 
+impl Default for WaitQueue {
+    fn default() -> Self {
+        WaitQueue {
+            len: AtomicUsize::new(0),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+}
+
 impl WaitQueue {
     /// Whether no place is taken (a hint; see `len`).
     #[inline]
@@ -71,15 +80,18 @@ impl WaitQueue {
     }
 
     /// Takes the next place at the back of the queue.
-    pub(crate) fn join(self: &Arc<Self>) -> Place {
-        let mut inner = self.inner.lock();
+    /// (An associated function rather than a method: loom's `Arc` cannot
+    /// be a method receiver.)
+    pub(crate) fn join(queue: &Arc<Self>) -> Place {
+        let this = &**queue;
+        let mut inner = this.inner.lock();
         let ticket = inner.next_ticket;
         inner.next_ticket += 1;
         inner.places.push_back(Entry { ticket, wake: None });
         // Relaxed: see `len`; the lock orders the queue itself.
-        self.len.fetch_add(1, Ordering::Relaxed);
+        this.len.fetch_add(1, Ordering::Relaxed);
         Place {
-            queue: Arc::clone(self),
+            queue: Arc::clone(queue),
             ticket,
             left: false,
         }
@@ -218,9 +230,9 @@ mod tests {
     fn head_passes_in_arrival_order_and_cancelled_places_are_skipped() {
         let queue = Arc::new(WaitQueue::default());
         assert!(queue.is_idle());
-        let a = queue.join();
-        let b = queue.join();
-        let c = queue.join();
+        let a = WaitQueue::join(&queue);
+        let b = WaitQueue::join(&queue);
+        let c = WaitQueue::join(&queue);
         assert_eq!((a.ahead(), b.ahead(), c.ahead()), (0, 1, 2));
         assert!(a.wait_head_blocking(Some(Instant::now())));
         assert!(!c.wait_head_blocking(Some(Instant::now())));
@@ -236,10 +248,10 @@ mod tests {
     #[test]
     fn a_parked_waiter_is_woken_when_it_becomes_head() {
         let queue = Arc::new(WaitQueue::default());
-        let head = queue.join();
+        let head = WaitQueue::join(&queue);
         let q = Arc::clone(&queue);
         let waiter = std::thread::spawn(move || {
-            let place = q.join();
+            let place = WaitQueue::join(&q);
             place.wait_head_blocking(None)
         });
         while queue.len.load(Ordering::Relaxed) < 2 {
