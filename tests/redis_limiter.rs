@@ -326,3 +326,50 @@ fn blocking_limiter_lives_and_dies_inside_async_code() {
         assert!(limiter.check("b").unwrap().is_allowed());
     });
 }
+
+/// A full over-limit cache (every entry still live) makes room for a new
+/// denial by dropping the one that ends soonest: no scan of the whole
+/// cache per denial (a client rotating keys made every denial pay for one)
+/// and the new key is answered locally. The work per insertion is bounded
+/// by construction (a heap pop and push); the unit tests in
+/// `src/redis/cache.rs` check the bookkeeping, and the cost is visible in
+/// `examples/redis_throughput.rs`, not timed here.
+#[test]
+fn full_local_cache_still_caches_new_denials() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        clock.set(1_000_000_000);
+        let limiter =
+            RedisLimiter::<TokenBucket, ManualClock>::builder(Quota::per_hour(1).unwrap())
+                .url(&server.url())
+                .prefix("cache-full")
+                .time(TimeSource::Client(clock.clone()))
+                .local_cache_capacity(50)
+                .build()
+                .await
+                .unwrap();
+        for i in 0..50 {
+            let key = format!("k{i}");
+            assert!(limiter.check(&key).await.unwrap().is_allowed());
+            assert!(!limiter.check(&key).await.unwrap().is_allowed());
+            // One minute later each, so k0 ends soonest.
+            clock.advance(Duration::from_secs(60));
+        }
+        assert!(limiter.check("new").await.unwrap().is_allowed());
+        assert_eq!(limiter.check("new").await.unwrap().source(), Source::Redis);
+        let cached = limiter.check("new").await.unwrap();
+        assert_eq!(
+            cached.source(),
+            Source::LocalCache,
+            "the new denial was dropped"
+        );
+        // k0's denial made room; k1's is still there.
+        assert_eq!(
+            limiter.check("k1").await.unwrap().source(),
+            Source::LocalCache
+        );
+        assert_eq!(limiter.check("k0").await.unwrap().source(), Source::Redis);
+    });
+}

@@ -1,12 +1,12 @@
 //! The Redis-backed keyed limiter.
 
+use super::cache::DenialCache;
 use super::connection::{Connection, Target, connect, share_limiter};
 use super::key::{KeySpace, quota_segment};
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, QuantaClock, Quota};
-use dashmap::DashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -175,10 +175,9 @@ struct Inner<A: RedisAlgorithm, C: Clock> {
     timeout: Duration,
     store_down: StoreDown,
     insurance: Option<KeyedRateLimiter<String, A, C>>,
-    /// Key -> (denied until, in the local clock's nanoseconds; the smallest
-    /// cost Redis denied).
-    cache: Option<DashMap<String, (u64, u32)>>,
-    cache_max: usize,
+    /// Keys Redis denied, answered locally until the denial may have
+    /// changed (see `cache.rs`).
+    cache: Option<DenialCache>,
     counters: Counters,
 }
 
@@ -264,9 +263,10 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         self
     }
 
-    /// Whether to answer keys that Redis denied locally until their
-    /// retry-after has passed (default on), and how many such keys to hold
-    /// at most (default 100,000).
+    /// Whether to answer keys that Redis denied locally (default on): once
+    /// Redis denied cost `c` with a retry-after ending at `T`, costs of at
+    /// least `c` are denied locally until `T`, which is never a request
+    /// Redis would admit. A full cache drops the denial that ends soonest.
     pub fn local_cache(mut self, on: bool) -> Self {
         self.local_cache = on;
         self
@@ -324,8 +324,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
                 timeout,
                 store_down: self.store_down,
                 insurance,
-                cache: self.local_cache.then(DashMap::new),
-                cache_max: self.cache_max,
+                cache: self.local_cache.then(|| DenialCache::new(self.cache_max)),
                 counters: Counters::default(),
             }),
         })
@@ -456,46 +455,15 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
     }
 
     fn cached_denial(&self, key: &str, now: u64, cost: u32) -> Option<Decision> {
-        let cache = self.inner.cache.as_ref()?;
-        let (until, denied_cost) = *cache.get(key)?;
-        if now < until && cost >= denied_cost {
-            let wait = until - now;
-            let limit = self.inner.algorithm.capacity();
-            return Some(Decision::deny(limit, 0, wait, wait));
-        }
-        if now >= until {
-            cache.remove_if(key, |_, (u, _)| now >= *u);
-        }
-        None
+        let wait = self.inner.cache.as_ref()?.denied_for(key, now, cost)?;
+        let limit = self.inner.algorithm.capacity();
+        Some(Decision::deny(limit, 0, wait, wait))
     }
 
     fn cache_denial(&self, key: &str, now: u64, cost: u32, retry_after: u64) {
-        let Some(cache) = &self.inner.cache else {
-            return;
-        };
-        if retry_after == 0 {
-            return;
+        if let Some(cache) = &self.inner.cache {
+            cache.insert(key, now, cost, retry_after);
         }
-        if cache.len() >= self.inner.cache_max {
-            cache.retain(|_, (until, _)| *until > now);
-            if cache.len() >= self.inner.cache_max {
-                return;
-            }
-        }
-        let until = now.saturating_add(retry_after);
-        cache
-            .entry(key.to_owned())
-            .and_modify(|(u, c)| {
-                // Each denial alone is true: costs of at least `c` cannot
-                // pass before `u`. Mixing two (the later deadline with the
-                // smaller cost) would deny what Redis admits; keep the old
-                // pair only if it covers the new one, else the new one.
-                if !(*c <= cost && *u >= until) {
-                    *u = until;
-                    *c = cost;
-                }
-            })
-            .or_insert((until, cost));
     }
 
     fn store_down_decision(&self, key: &str, cost: u32) -> RedisDecision {

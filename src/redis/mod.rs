@@ -32,6 +32,7 @@
 
 mod algorithm;
 mod algorithms;
+mod cache;
 mod connection;
 mod error;
 mod key;
