@@ -448,3 +448,38 @@ fn bad_configs_are_typed_errors() {
         assert!(down.is_err());
     });
 }
+
+/// After `SCRIPT FLUSH` a sync makes three round trips on a single server
+/// (the pipeline, `SCRIPT LOAD`, the pipeline again), and counts three, as
+/// the Cluster path does; the leased limiter shares the counting.
+#[test]
+fn round_trips_count_the_script_reload() {
+    runtime().block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        clock.set(HOUR);
+        let quota = Quota::per_minute(100).unwrap();
+        let a = node::<FixedWindow>(&server.url(), quota, &clock, "trips", None).await;
+        admit(&a, "k", 2);
+        a.sync_now().await.unwrap();
+        assert_eq!(a.stats().round_trips, 1);
+        server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+        admit(&a, "k", 2);
+        a.sync_now().await.unwrap();
+        assert_eq!(a.stats().round_trips, 4, "{:?}", a.stats());
+
+        let lease = rategate::redis::LeasedLimiter::builder(quota)
+            .url(&server.url())
+            .prefix("trips")
+            .clock(clock.clone())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        assert!(lease.acquire("k").await.unwrap().is_allowed());
+        assert_eq!(lease.stats().round_trips, 1);
+        server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+        lease.sync_now().await.unwrap();
+        assert_eq!(lease.stats().round_trips, 4, "{:?}", lease.stats());
+    });
+}

@@ -200,6 +200,8 @@ impl Store {
             match sent {
                 Err(e) if is_noscript(&e) && !reloaded => {
                     reloaded = true;
+                    // The load is a round trip of its own, as on a Cluster.
+                    outcome.round_trips += 1;
                     tokio::time::timeout(self.timeout, script.prepare_invoke().load_async(manager))
                         .await
                         .map_err(|_| RedisError::Timeout)?
