@@ -483,3 +483,58 @@ fn round_trips_count_the_script_reload() {
         assert_eq!(lease.stats().round_trips, 4, "{:?}", lease.stats());
     });
 }
+
+/// One dead master of three: the keys it serves are held to the outage
+/// share, while a key whose master is alive (and whose syncs succeed) keeps
+/// its whole quota. A limiter-wide "degraded" flag used to hold that key
+/// to 250 of 600 at `outage_share(0.25)`.
+#[test]
+fn a_dead_master_degrades_only_its_own_keys() {
+    let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
+    runtime().block_on(async {
+        let clock = ManualClock::new();
+        clock.set(HOUR);
+        let quota = Quota::per_hour(600).unwrap();
+        let a = SyncedLimiter::<FixedWindow>::builder(quota)
+            .cluster(&cluster.urls())
+            .prefix("dead")
+            .clock(clock.clone())
+            .timeout(Duration::from_millis(300))
+            .outage_share(0.25)
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        // Sync a few keys, then see which master holds each.
+        let keys: Vec<String> = (0..12).map(|k| format!("user-{k}")).collect();
+        for key in &keys {
+            admit(&a, key, 1);
+        }
+        a.sync_now().await.unwrap();
+        let owner = |key: &str| {
+            let redis_key = &a.redis_keys(key)[0];
+            (0..3)
+                .find(|&n| cluster.nodes[n].cli(&["EXISTS", redis_key]).unwrap().trim() == "1")
+                .expect("some master holds the key")
+        };
+        let owners: Vec<usize> = keys.iter().map(|k| owner(k)).collect();
+        let dead = owners[0];
+        let live_key = &keys[owners.iter().position(|&o| o != dead).expect("two masters")];
+        let dead_key = &keys[0];
+        cluster.nodes[dead].kill();
+        admit(&a, live_key, 1);
+        admit(&a, dead_key, 1);
+        assert!(a.sync_now().await.is_err(), "the dead master fails");
+        assert!(a.stats().degraded);
+        // The live key: its sync succeeded; 598 more pass, as without the
+        // outage.
+        let live = (0..700).filter(|_| a.check(live_key).is_allowed()).count();
+        assert_eq!(live, 598);
+        // The dead master's key: held to a quarter (150 an hour).
+        let held = (0..700).filter(|_| a.check(dead_key).is_allowed()).count();
+        assert!(held <= 150, "{held}");
+        // A later sync of the live key still succeeds.
+        a.sync_now().await.unwrap_err();
+        assert!(!a.check(live_key).is_allowed());
+    });
+}

@@ -106,8 +106,10 @@
 //! the taken deltas go back into the keys' pending units (deltas of windows
 //! that no decision can see any more are dropped), decisions go on locally,
 //! and with an [outage share](SyncedBuilder::outage_share) below 1 each key
-//! is also held to that share of its quota by a local limiter until a sync
-//! succeeds (with `N` nodes, `1 / N` keeps the global rate near the limit).
+//! whose node failed is also held to that share of its quota by a local
+//! limiter until a sync of that node succeeds (with `N` nodes, `1 / N` keeps
+//! the global rate near the limit). On a Cluster this is tracked per slot
+//! range: a dead master degrades only the keys it serves.
 //! The next successful sync reconciles: Redis gets every kept delta. If Redis
 //! came back empty (a restart without persistence), each window's hash has a
 //! new incarnation id (set by whichever node recreated it), and a node that
@@ -137,6 +139,7 @@
 //! Unix epoch (nodes agree to within their NTP error), and tests use one
 //! [`ManualClock`](crate::ManualClock) for all nodes.
 
+mod degraded;
 mod merge;
 pub(crate) mod store;
 mod wall_clock;
@@ -149,6 +152,7 @@ use super::key::{KeySpace, quota_segment};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota};
 use dashmap::DashMap;
+use degraded::DegradedSlots;
 use merge::{Pending, Sealed, Shape};
 use std::fmt;
 use std::marker::PhantomData;
@@ -207,8 +211,9 @@ pub struct SyncStats {
     /// to be sent (after a long outage, or with an interval beyond the
     /// period): dropped, not sent.
     pub stale_units: u64,
-    /// Whether the last round failed: decisions are local only (and held
-    /// to the outage share) until a sync succeeds.
+    /// Whether the last sync of some keys failed: their decisions are
+    /// local only (and held to the outage share) until a sync of their
+    /// node succeeds. On a Cluster this is per master (per slot range).
     pub degraded: bool,
 }
 
@@ -419,8 +424,9 @@ struct Inner<A: SyncAlgorithm, C: Clock> {
     interval: Duration,
     /// Decides alongside the synced state while Redis is unreachable.
     insurance: Option<KeyedRateLimiter<String, A, C>>,
-    /// 1 while the last sync failed.
-    degraded: AtomicU64,
+    /// The Cluster slots (all of them on a single server) whose last sync
+    /// failed: their keys are held to the outage share.
+    degraded: DegradedSlots,
     counters: Counters,
     /// One sync at a time (the task, `sync_now`, `shutdown`).
     sync_lock: tokio::sync::Mutex<()>,
@@ -594,7 +600,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
             keys,
             interval: self.interval,
             insurance,
-            degraded: AtomicU64::new(0),
+            degraded: DegradedSlots::default(),
             counters: Counters::default(),
             sync_lock: tokio::sync::Mutex::new(()),
         });
@@ -630,9 +636,9 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
         let capacity = inner.algorithm.capacity();
         crate::algorithm::check_cost(cost, capacity)?;
         let now = inner.clock.now();
-        // Relaxed: a flag the sync sets; a decision made a moment before
-        // it is seen is one the outage share would also have allowed.
-        if inner.degraded.load(Ordering::Relaxed) == 1 {
+        // Only keys whose node failed its last sync: on a Cluster a dead
+        // master must not throttle the keys of the live ones.
+        if inner.insurance.is_some() && inner.degraded.is_degraded(key) {
             if let Some(local) = &inner.insurance {
                 match local.check_n(key, cost) {
                     Ok(decision) if decision.is_allowed() => {}
@@ -718,7 +724,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
             timeouts: read(&c.timeouts),
             last_sync_latency: Duration::from_nanos(read(&c.last_latency_nanos)),
             stale_units: read(&c.stale_units),
-            degraded: read(&inner.degraded) == 1,
+            degraded: inner.degraded.any(),
         }
     }
 
@@ -855,19 +861,21 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
                 None => self.put_back(t),
             }
         }
-        // Relaxed: statistics and a flag (see `check_n`).
+        // Relaxed: statistics.
         c.keys_synced.fetch_add(synced as u64, Ordering::Relaxed);
+        for &range in &outcome.ok_slots {
+            self.degraded.set(range, false);
+        }
+        for &range in &outcome.failed_slots {
+            self.degraded.set(range, true);
+        }
         self.sweep(folded_at);
         match outcome.error {
             None => {
                 c.syncs.fetch_add(1, Ordering::Relaxed);
-                self.degraded.store(0, Ordering::Relaxed);
                 Ok(synced)
             }
-            Some(error) => {
-                self.degraded.store(1, Ordering::Relaxed);
-                Err(error)
-            }
+            Some(error) => Err(error),
         }
     }
 

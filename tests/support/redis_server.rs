@@ -161,20 +161,26 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        Self::start_with(&[])
+    }
+
+    /// With `extra` arguments for every node (say
+    /// `--cluster-require-full-coverage no`, so that the live masters keep
+    /// serving while one is dead).
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|i| {
                 let conf = format!("nodes-{i}.conf");
-                RedisServer::start_on(
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-node-timeout",
-                        "5000",
-                    ],
-                    free_cluster_port,
-                )
+                let mut args = vec![
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    "5000",
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start_on(&args, free_cluster_port)
             })
             .collect();
         let addrs: Vec<String> = nodes

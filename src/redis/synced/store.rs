@@ -66,7 +66,14 @@ pub(crate) struct Outcome {
     pub(crate) timeouts: u64,
     /// The first failure, for the caller to return.
     pub(crate) error: Option<RedisError>,
+    /// Slot ranges (inclusive) whose node answered, and whose node failed:
+    /// a single server is the whole range `0..=16383`.
+    pub(crate) ok_slots: Vec<(u16, u16)>,
+    pub(crate) failed_slots: Vec<(u16, u16)>,
 }
+
+/// Every slot: what a single server serves.
+pub(crate) const ALL_SLOTS: (u16, u16) = (0, 16_383);
 
 impl Outcome {
     fn fail(&mut self, error: RedisError) {
@@ -87,13 +94,22 @@ struct SlotRange {
     port: u16,
 }
 
+/// The cached slot map and whether it should be fetched again.
+#[derive(Default)]
+struct SlotMap {
+    ranges: Option<Arc<Vec<SlotRange>>>,
+    stale: bool,
+}
+
 /// A connection to a single Redis or a Cluster, with the per-call timeout.
 pub(crate) struct Store {
     connection: Connection,
     timeout: Duration,
-    /// The Cluster's slot owners, fetched when first needed and dropped
-    /// after any failure (a resharding or failover) to be fetched again.
-    slots: Mutex<Option<Arc<Vec<SlotRange>>>>,
+    /// The Cluster's slot owners, fetched when first needed and marked
+    /// stale after any failure (a resharding or failover) to be fetched
+    /// again; a stale map is still used when fetching fails (a dead node
+    /// must not stop the live ones).
+    slots: Mutex<SlotMap>,
 }
 
 impl Store {
@@ -112,7 +128,7 @@ impl Store {
         let store = Store {
             connection,
             timeout,
-            slots: Mutex::new(None),
+            slots: Mutex::new(SlotMap::default()),
         };
         if let Connection::Cluster(cluster) = &store.connection {
             // Load the scripts on every master now, so that the first batch
@@ -169,8 +185,14 @@ impl Store {
                     .single_round_trip(&mut manager, &lua.script, &pipe, &mut outcome)
                     .await;
                 match reply.and_then(|values| split(values, &calls, outs, records.len())) {
-                    Ok(replies) => outcome.replies = replies,
-                    Err(error) => outcome.fail(error),
+                    Ok(replies) => {
+                        outcome.replies = replies;
+                        outcome.ok_slots.push(ALL_SLOTS);
+                    }
+                    Err(error) => {
+                        outcome.fail(error);
+                        outcome.failed_slots.push(ALL_SLOTS);
+                    }
                 }
             }
             Connection::Cluster(cluster) => {
@@ -226,6 +248,7 @@ impl Store {
             Err(error) => {
                 outcome.round_trips += 1;
                 outcome.fail(error);
+                outcome.failed_slots.push(ALL_SLOTS);
                 return;
             }
         };
@@ -246,6 +269,7 @@ impl Store {
         let mut tasks = tokio::task::JoinSet::new();
         for (node, by_slot) in by_node {
             let range = &slots[node];
+            let span = (range.start, range.end);
             let mut calls: Vec<Vec<usize>> = Vec::new();
             for indices in by_slot.values() {
                 calls.extend(calls_for(indices));
@@ -262,12 +286,12 @@ impl Store {
             tasks.spawn(async move {
                 let (reply, trips) =
                     cluster_round_trip(connection, code, pipe, calls.len(), route, timeout).await;
-                (calls, reply, trips)
+                (calls, reply, trips, span)
             });
         }
         let mut failed = false;
         while let Some(joined) = tasks.join_next().await {
-            let Ok((calls, reply, trips)) = joined else {
+            let Ok((calls, reply, trips, span)) = joined else {
                 failed = true;
                 outcome.fail(RedisError::Config("a batch task stopped"));
                 continue;
@@ -275,6 +299,7 @@ impl Store {
             outcome.round_trips += trips;
             match reply.and_then(|values| split(values, &calls, outs, records.len())) {
                 Ok(replies) => {
+                    outcome.ok_slots.push(span);
                     for (slot, reply) in outcome.replies.iter_mut().zip(replies) {
                         if reply.is_some() {
                             *slot = reply;
@@ -284,12 +309,13 @@ impl Store {
                 Err(error) => {
                     failed = true;
                     outcome.fail(error);
+                    outcome.failed_slots.push(span);
                 }
             }
         }
         if failed {
             // The topology may have changed: ask again next time.
-            *self.slots.lock() = None;
+            self.slots.lock().stale = true;
         }
     }
 
@@ -297,9 +323,31 @@ impl Store {
         &self,
         cluster: &ClusterConnection,
     ) -> Result<Arc<Vec<SlotRange>>, RedisError> {
-        if let Some(slots) = self.slots.lock().clone() {
-            return Ok(slots);
+        let cached = {
+            let map = self.slots.lock();
+            match &map.ranges {
+                Some(ranges) if !map.stale => return Ok(Arc::clone(ranges)),
+                ranges => ranges.clone(),
+            }
+        };
+        match self.fetch_slot_map(cluster).await {
+            Ok(slots) => {
+                *self.slots.lock() = SlotMap {
+                    ranges: Some(Arc::clone(&slots)),
+                    stale: false,
+                };
+                Ok(slots)
+            }
+            // The node asked may be the dead one: the last map still routes
+            // the live nodes' slots (and is asked for again next time).
+            Err(error) => cached.ok_or(error),
         }
+    }
+
+    async fn fetch_slot_map(
+        &self,
+        cluster: &ClusterConnection,
+    ) -> Result<Arc<Vec<SlotRange>>, RedisError> {
         let mut connection = cluster.clone();
         let reply = tokio::time::timeout(
             self.timeout,
@@ -311,9 +359,7 @@ impl Store {
         .await
         .map_err(|_| RedisError::Timeout)?
         .map_err(convert)?;
-        let slots = Arc::new(parse_slots(&reply)?);
-        *self.slots.lock() = Some(Arc::clone(&slots));
-        Ok(slots)
+        Ok(Arc::new(parse_slots(&reply)?))
     }
 }
 
