@@ -15,14 +15,19 @@
 //!
 //! * centralized: [`RedisLimiter`], one Lua call per request (local cache of
 //!   denials off: Redis decides every request);
-//! * synced every 1 s and every 100 ms: [`SyncedLimiter`] (fixed window,
-//!   and token bucket for comparison);
+//! * synced every 250 ms and every 100 ms: [`SyncedLimiter`] (fixed window,
+//!   and token bucket for comparison), with `outage_share(1 / NODES)` so
+//!   that a node holds a key it has not heard of yet to its share (an
+//!   interval above half the period, such as 1 s here, is refused at build:
+//!   the example shows the error);
 //! * leased: [`LeasedLimiter`] (fixed-window budgets, slices renewed every
 //!   100 ms).
 //!
 //! Reported per mode: admitted against what one exact limiter allows (the
-//! overshoot, over the run and in the worst window), the bound the module
-//! docs derive (with the sync round trip measured by the nodes), the
+//! overshoot, over the run and in the worst window: a token bucket of
+//! capacity `LIMIT` alone admits up to `2 x LIMIT` in one second), the
+//! bounds the module docs derive, over the run and per window (with the
+//! sync round trip measured by the nodes), the
 //! latency of a decision as the caller sees it (median, p99), and Redis
 //! traffic: script calls per second and all commands per second (from
 //! `INFO commandstats`, commands run inside scripts included) against
@@ -60,9 +65,9 @@ mod run {
 
     const MODES: [Mode; 6] = [
         Mode::Centralized,
-        Mode::SyncedWindow(1_000),
+        Mode::SyncedWindow(250),
         Mode::SyncedWindow(100),
-        Mode::SyncedBucket(1_000),
+        Mode::SyncedBucket(250),
         Mode::SyncedBucket(100),
         Mode::Leased,
     ];
@@ -180,6 +185,10 @@ mod run {
             .prefix(prefix)
             .clock(wall.clone())
             .interval(Duration::from_millis(ms))
+            // A key this node has not heard of yet (and one whose Redis is
+            // down) gets its share only: no node starts with the whole
+            // quota.
+            .outage_share(1.0 / NODES as f64)
             .build()
             .await
             .expect("connect")
@@ -361,6 +370,9 @@ mod run {
         admitted: u64,
         allowed: u64,
         worst_window: u64,
+        /// Single-limiter allowance in one window, and the derived bound.
+        window_allowed: u64,
+        window_bound: u64,
         bound: u64,
         p50: u32,
         p99: u32,
@@ -387,6 +399,17 @@ mod run {
                 assert!(Instant::now() < deadline, "redis-server did not start");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+        });
+        // An interval as long as the window: no bound means anything, and
+        // the builder says so.
+        let refused = runtime.block_on(async {
+            SyncedLimiter::<FixedWindow>::builder(Quota::per_second(LIMIT).unwrap())
+                .url(&format!("redis://127.0.0.1:{}/", server.port))
+                .interval(Duration::from_secs(1))
+                .build()
+                .await
+                .err()
+                .map(|e| e.to_string())
         });
         let exe = std::env::current_exe().unwrap();
         let began = Instant::now();
@@ -425,8 +448,8 @@ mod run {
             "{NODES} nodes (processes), one key limited to {LIMIT}/s, offered {}/s ({OFFERED}x) for {SECS} s per mode; loopback Redis 7.\n\n",
             OFFERED * LIMIT
         ));
-        table.push_str("| mode | admitted / allowed | overshoot | worst 1 s window | bound (derived) | decision p50 | decision p99 | Redis script calls/s | Redis commands/s | requests/s |\n");
-        table.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+        table.push_str("| mode | admitted / allowed | overshoot | bound (derived) | worst 1 s window / one limiter's | worst-window bound | decision p50 | decision p99 | Redis script calls/s | Redis commands/s | requests/s |\n");
+        table.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &rows {
             let over = |n: u64, of: u64| 100.0 * (n as f64 - of as f64) / of as f64;
             let bound = if r.mode == Mode::Centralized || r.mode == Mode::Leased {
@@ -440,14 +463,17 @@ mod run {
                 )
             };
             table.push_str(&format!(
-                "| {} | {} / {} | {:+.1}% | {} ({:+.0}%) | {} | {} | {} | {:.1} | {:.1} | {:.0} |\n",
+                "| {} | {} / {} | {:+.1}% | {} | {} / {} ({:+.1}%) | {} ({:+.0}%) | {} | {} | {:.1} | {:.1} | {:.0} |\n",
                 r.mode.name(),
                 r.admitted,
                 r.allowed,
                 over(r.admitted, r.allowed),
-                r.worst_window,
-                over(r.worst_window, u64::from(LIMIT)),
                 bound,
+                r.worst_window,
+                r.window_allowed,
+                over(r.worst_window, r.window_allowed),
+                r.window_bound,
+                over(r.window_bound, r.window_allowed),
                 nanos(r.p50),
                 nanos(r.p99),
                 r.calls_per_s,
@@ -456,6 +482,12 @@ mod run {
             ));
         }
         println!("{table}");
+        match refused {
+            Some(error) => {
+                println!("synced, interval 1 s (the whole window): refused at build: {error}")
+            }
+            None => println!("synced, interval 1 s: NOT refused"),
+        }
         println!("total run time {:.0} s", began.elapsed().as_secs_f64());
         for r in &rows {
             if r.mode == Mode::Leased || r.mode == Mode::Centralized {
@@ -466,6 +498,11 @@ mod run {
                 );
             } else {
                 assert!(r.admitted <= r.bound, "{} beyond its bound", r.mode.name());
+                assert!(
+                    r.worst_window <= r.window_bound,
+                    "{} beyond its worst-window bound",
+                    r.mode.name()
+                );
             }
         }
         drop(server);
@@ -528,21 +565,30 @@ mod run {
         let lambda = f64::from(OFFERED * LIMIT) / NODES as f64;
         let delta = sync_max as f64 / 1e9;
         let others = (NODES - 1) as f64;
-        let (allowed, bound) = match mode {
-            Mode::Centralized | Mode::Leased => (limit * SECS, limit * SECS),
+        // (run allowed, run bound, window allowed, window bound)
+        let (allowed, bound, window_allowed, window_bound) = match mode {
+            Mode::Centralized | Mode::Leased => (limit * SECS, limit * SECS, limit, limit),
             Mode::SyncedWindow(ms) => {
                 // Per window: limit + (N - 1) min(limit, 2 λ (I + δ)).
                 let span = 2.0 * (ms as f64 / 1e3 + delta);
                 let extra = others * (lambda * span).min(limit as f64);
-                (limit * SECS, (SECS as f64 * (limit as f64 + extra)) as u64)
+                let window = (limit as f64 + extra) as u64;
+                (limit * SECS, window * SECS, limit, window)
             }
             Mode::SyncedBucket(ms) => {
-                // capacity + rate x run, plus (N - 1) a_i(2 (I + δ)), with
-                // a_i(x) <= min(λ x, capacity + rate x).
+                // Over any span t: capacity + rate x t, plus (N - 1)
+                // a_i(2 (I + δ)), with a_i(x) <= min(λ x, capacity + rate x).
                 let span = 2.0 * (ms as f64 / 1e3 + delta);
                 let a = (lambda * span).min(limit as f64 + limit as f64 * span);
                 let allowed = limit + limit * SECS;
-                (allowed, (allowed as f64 + others * a) as u64)
+                // One second: capacity + rate x 1 s.
+                let window = 2 * limit;
+                (
+                    allowed,
+                    (allowed as f64 + others * a) as u64,
+                    window,
+                    (window as f64 + others * a) as u64,
+                )
             }
         };
         Row {
@@ -550,6 +596,8 @@ mod run {
             admitted,
             allowed,
             worst_window: windows.values().copied().max().unwrap_or(0),
+            window_allowed,
+            window_bound,
             bound,
             p50: pick(0.5),
             p99: pick(0.99),

@@ -267,18 +267,16 @@ fn background_task_syncs_on_its_own() {
     });
 }
 
-/// Deltas that no timer sent (the task's interval is an hour) all reach
-/// Redis at shutdown, in both windows they were admitted in.
+/// Deltas that no timer sent (no task runs) all reach Redis at shutdown, in both windows they were admitted in.
 #[test]
 fn shutdown_flush_loses_no_counts() {
     runtime().block_on(async {
         let server = RedisServer::start();
         let clock = ManualClock::new();
         let quota = Quota::per_minute(1_000).unwrap();
-        let hourly = Some(Duration::from_secs(3_600));
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            nodes.push(node::<FixedWindow>(&server.url(), quota, &clock, "flush", hourly).await);
+            nodes.push(node::<FixedWindow>(&server.url(), quota, &clock, "flush", None).await);
         }
         let mut expected = std::collections::BTreeMap::new();
         for (window, at) in [(0u64, 59_000_000_000u64), (1, 60_000_000_000)] {
@@ -352,10 +350,12 @@ fn outage_and_restart_reconcile_deltas() {
         );
         assert!(a.stats().degraded && a.stats().errors >= 1);
         // Local decisions go on, held to half the quota (50 an hour) on top
-        // of the synced view: a admits 50 during the outage, not 87.
+        // of the synced view; the share also counted the 4 that a admitted
+        // before it first heard from Redis: a admits 46 during the outage,
+        // not 87.
         let more = (0..100).filter(|_| a.check("k").is_allowed()).count();
-        assert_eq!(more, 50);
-        assert_eq!(left(&a, "k"), 100 - 10 - 3 - 50);
+        assert_eq!(more, 46);
+        assert_eq!(left(&a, "k"), 100 - 10 - 3 - 46);
 
         server.restart();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -371,10 +371,10 @@ fn outage_and_restart_reconcile_deltas() {
         let total = server
             .cli(&["HGET", &stored(&server, "out", "{k}:sync:1"), "t"])
             .unwrap();
-        assert_eq!(total.trim(), "55", "every outage delta reached Redis");
-        // 10 before the outage + 53 + 2 during it.
-        assert_eq!(left(&a, "k"), 100 - 65);
-        assert_eq!(left(&b, "k"), 100 - 65);
+        assert_eq!(total.trim(), "51", "every outage delta reached Redis");
+        // 10 before the outage + 49 + 2 during it.
+        assert_eq!(left(&a, "k"), 100 - 61);
+        assert_eq!(left(&b, "k"), 100 - 61);
         assert!(!a.stats().degraded);
         assert!(a.stats().errors >= 1);
     });
@@ -536,5 +536,59 @@ fn a_dead_master_degrades_only_its_own_keys() {
         // A later sync of the live key still succeeds.
         a.sync_now().await.unwrap_err();
         assert!(!a.check(live_key).is_allowed());
+    });
+}
+
+/// Where the short-window excess came from: every node started a new key
+/// with the whole quota (an empty window, a full bucket) before it had
+/// heard from Redis, so four nodes admitted four limits in the first
+/// interval. With `outage_share(1/N)` a key this node has not heard of is
+/// held to that share until its first sync; and an interval above half the
+/// period, for which no bound means anything, is refused.
+#[test]
+fn unheard_keys_are_held_to_the_share_and_long_intervals_refused() {
+    runtime().block_on(async {
+        let server = RedisServer::start();
+        let clock = ManualClock::new();
+        clock.set(HOUR);
+        let quota = Quota::per_hour(100).unwrap();
+        let build = || {
+            SyncedLimiter::<FixedWindow>::builder(quota)
+                .url(&server.url())
+                .prefix("cold")
+                .clock(clock.clone())
+                .outage_share(0.25)
+                .background(false)
+                .build()
+        };
+        let mut nodes = Vec::new();
+        for _ in 0..4 {
+            nodes.push(build().await.unwrap());
+        }
+        let admitted: usize = nodes
+            .iter()
+            .map(|n| (0..100).filter(|_| n.check("k").is_allowed()).count())
+            .sum();
+        assert_eq!(admitted, 100, "four nodes, one limit, before any sync");
+        for n in &nodes {
+            n.sync_now().await.unwrap();
+        }
+        nodes[0].sync_now().await.unwrap();
+        // Heard: the synced state decides (the window is full).
+        assert!(!nodes[0].check("k").is_allowed());
+
+        let long = SyncedLimiter::<TokenBucket>::builder(Quota::per_second(1_000).unwrap())
+            .url(&server.url())
+            .interval(Duration::from_millis(600))
+            .build()
+            .await;
+        assert!(matches!(long, Err(rategate::redis::RedisError::Config(_))));
+        let half = SyncedLimiter::<TokenBucket>::builder(Quota::per_second(1_000).unwrap())
+            .url(&server.url())
+            .interval(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap();
+        half.shutdown().await.unwrap();
     });
 }

@@ -242,6 +242,10 @@ struct Entry {
     /// Syncs left in which to sync this key even without pending units;
     /// reset to [`LINGER`] by every check.
     linger: AtomicU64,
+    /// 1 once a sync has brought this key's global usage back: until then
+    /// the node has not heard what the others admitted, and the key is held
+    /// to the outage share (see `SyncedLimiter::check_n`).
+    heard: AtomicU64,
     /// Window algorithms: per window, the global total this node has folded
     /// in (its own sent units included) and the incarnation id of the Redis
     /// hash it came from. Only the sync, serialized by the sync lock,
@@ -517,7 +521,11 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
         }
     }
 
-    /// Time between syncs (default 1 s). The overshoot bound grows with it.
+    /// Time between syncs (default 1 s). The overshoot bound grows with it,
+    /// and says nothing once a node can admit a whole period's limit before
+    /// it hears from the others: the background task refuses an interval
+    /// above half the quota's period ([`RedisError::Config`] from
+    /// [`build`](SyncedBuilder::build) or [`start`](SyncedLimiter::start)).
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
@@ -530,9 +538,13 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
     }
 
     /// The share (0 < share <= 1) of the quota each key gets locally, on
-    /// top of the synced state, while Redis is unreachable (default 1: the
-    /// synced state alone). With `N` nodes, `1 / N` keeps the global rate
-    /// near the limit during an outage.
+    /// top of the synced state, while this node has not heard the key's
+    /// global usage: before the key's first sync on this node, and while
+    /// its Redis node is unreachable (default 1: the synced state alone).
+    /// With `N` nodes, `1 / N` keeps the global rate near the limit then:
+    /// without it, every node starts a new key with the whole quota (a full
+    /// bucket, an empty window), which is where most of the short-window
+    /// excess comes from.
     pub fn outage_share(mut self, share: f64) -> Self {
         self.outage_share = share;
         self
@@ -636,29 +648,13 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
         let capacity = inner.algorithm.capacity();
         crate::algorithm::check_cost(cost, capacity)?;
         let now = inner.clock.now();
-        // Only keys whose node failed its last sync: on a Cluster a dead
-        // master must not throttle the keys of the live ones.
-        if inner.insurance.is_some() && inner.degraded.is_degraded(key) {
-            if let Some(local) = &inner.insurance {
-                match local.check_n(key, cost) {
-                    Ok(decision) if decision.is_allowed() => {}
-                    Ok(decision) => return Ok(decision),
-                    // Beyond the share's capacity: cannot pass until Redis
-                    // is back, which the next sync may find.
-                    Err(_) => {
-                        let retry = duration_nanos(inner.interval);
-                        return Ok(Decision::deny(capacity, 0, retry, retry));
-                    }
-                }
-            }
-        }
         match inner.map.get(key) {
-            Some(entry) => inner.admit(&entry, now, cost),
+            Some(entry) => inner.decide(key, &entry, now, cost),
             None => {
                 // Decide under the shard's write lock, so that a sweep
                 // cannot drop the new entry between insert and admission.
                 let entry = inner.map.entry(key.to_owned()).or_default();
-                inner.admit(entry.value(), now, cost)
+                inner.decide(key, entry.value(), now, cost)
             }
         }
     }
@@ -681,9 +677,16 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] outside a tokio runtime.
+    /// [`RedisError::Config`] outside a tokio runtime, or with an interval
+    /// above half the quota's period (see [`SyncedBuilder::interval`]).
     pub fn start(&self) -> Result<(), RedisError> {
         let inner = Arc::clone(&self.handle.inner);
+        if inner.interval.saturating_mul(2) > inner.quota.period() {
+            return Err(RedisError::Config(
+                "the sync interval must be at most half the quota's period: with a longer one \
+                 every node may admit a whole period's limit before it hears from the others",
+            ));
+        }
         self.handle.task.start(
             || Arc::new(Control::default()),
             |control| run_task(inner, control),
@@ -785,6 +788,39 @@ async fn run_task<A: SyncAlgorithm, C: Clock>(inner: Arc<Inner<A, C>>, control: 
 }
 
 impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
+    /// Decides for `key`: the outage share first where this node has not
+    /// heard the key's global usage (a key not synced yet, or whose node
+    /// failed its last sync), then the synced state.
+    fn decide(
+        &self,
+        key: &str,
+        entry: &Entry,
+        now: u64,
+        cost: u32,
+    ) -> Result<Decision, CheckError> {
+        if let Some(local) = &self.insurance {
+            // Relaxed: a flag the sync sets; a decision made a moment
+            // before it is seen is one the share also allows.
+            let unheard = entry.heard.load(Ordering::Relaxed) == 0;
+            // On a Cluster a dead master must not throttle the keys of
+            // the live ones: degraded is per slot.
+            if unheard || self.degraded.is_degraded(key) {
+                match local.check_n(key, cost) {
+                    Ok(decision) if decision.is_allowed() => {}
+                    Ok(decision) => return Ok(decision),
+                    // Beyond the share's capacity: cannot pass until Redis
+                    // is heard, which the next sync may bring.
+                    Err(_) => {
+                        let capacity = self.algorithm.capacity();
+                        let retry = duration_nanos(self.interval);
+                        return Ok(Decision::deny(capacity, 0, retry, retry));
+                    }
+                }
+            }
+        }
+        self.admit(entry, now, cost)
+    }
+
     fn admit(&self, entry: &Entry, now: u64, cost: u32) -> Result<Decision, CheckError> {
         let decision = self.algorithm.check(&entry.state, now, cost)?;
         // Relaxed: a hint for the sync; written only when it changes, so a
@@ -850,6 +886,8 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
             match replies {
                 Some(replies) => {
                     synced += 1;
+                    // Relaxed: a flag (see `decide`).
+                    t.entry.heard.store(1, Ordering::Relaxed);
                     if shape.windowed() {
                         self.fold_windows(t, &replies, folded_at, shape);
                     } else {
