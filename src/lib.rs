@@ -84,9 +84,9 @@ pub use outbound::{
     parse_retry_after,
 };
 pub use quota::{Delay, Quota};
-#[cfg(feature = "tokio")]
-pub use wait::TokioClock;
 pub use wait::{Jitter, KeyedPacer, Pacer, WaitError};
+#[cfg(feature = "tokio")]
+pub use wait::{TokioClock, UntilReady};
 
 /// Internals the loom models in `loom-tests/` check directly. Only under
 /// `--cfg rategate_loom`; not part of the API.

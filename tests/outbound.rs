@@ -105,8 +105,20 @@ async fn repeated_429s_lower_the_rate_and_it_recovers_gradually() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     g.observe(&answer(429, &[("Retry-After", "0")]));
     assert_eq!(g.stats().rate_factor, 0.25);
-    // 429-free answers, one per second: +5% of the rate each.
+    // 429-free answers, one per second: the rate that passed is held for
+    // 10 s, then the guard bisects towards the rate of the last 429 (0.5)
+    // and settles within half a step (2.5%) below it.
+    let mut factors = Vec::new();
     for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        g.observe(&answer(200, &[]));
+        factors.push(g.stats().rate_factor);
+    }
+    assert!(factors[..10].iter().all(|&f| f == 0.25), "{factors:?}");
+    assert_eq!(factors[10..], [0.375, 0.4375, 0.46875, 0.484375, 0.484375]);
+    // With the bracket closed, a probe 5% higher after 30 quiet periods,
+    // and so on back to the full rate.
+    for _ in 0..600 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         g.observe(&answer(200, &[]));
     }

@@ -305,6 +305,9 @@ fn limiters_of_different_policies_never_share_state() {
         for _ in 0..50 {
             assert!(large.acquire("u").await.unwrap().is_allowed());
         }
-        assert!(small.acquire("u").await.unwrap().is_allowed(), "its own budget");
+        assert!(
+            small.acquire("u").await.unwrap().is_allowed(),
+            "its own budget"
+        );
     });
 }

@@ -4,17 +4,27 @@
 
 use std::time::Duration;
 
-/// How the guard's rate follows the upstream's 429s: additive increase,
-/// multiplicative decrease (AIMD, as TCP does for congestion).
+/// How the guard's rate follows the upstream's 429s when the upstream does
+/// not say its limit: a bisection between the fastest rate known to pass
+/// and the slowest known to draw a 429.
 ///
-/// On a 429 the guard's rate is multiplied by
-/// [`decrease`](Adaptation::decrease) (at most once per
-/// [`every`](Adaptation::every), so that a burst of 429s for requests that
-/// were already in flight counts once), down to
-/// [`floor`](Adaptation::floor) of its configured rate. While responses
-/// come back without a 429 it grows by [`step`](Adaptation::step) of the
-/// configured rate per `every`, up to the configured rate. While below it,
-/// the guard paces requests evenly (no bursts).
+/// The guard keeps two marks, as fractions of its configured rate: *good*,
+/// the fastest rate it sent at for a whole [`every`](Adaptation::every)
+/// without a 429, and *ceiling*, the rate that drew the last 429 (both 1.0
+/// at first). On a 429 (counted at most once per `every`, so that a burst
+/// of 429s for requests already in flight counts once) the ceiling becomes
+/// the current rate; if *good* is not below it, *good* is multiplied by
+/// [`decrease`](Adaptation::decrease) (down to [`floor`](Adaptation::floor));
+/// the guard drops to *good* and holds it for `HOLD` (10) periods: a
+/// lowered upstream limit usually sits at or near *good*, and holding it
+/// costs no 429. Then, after each `every` without a 429, the current rate
+/// becomes *good* and the guard tries half-way to the ceiling, while the
+/// two are more than half a [`step`](Adaptation::step) apart: a limit
+/// between them is bracketed in a few 429s, each after a hold. After
+/// `PROBE_AFTER` (30) quiet periods with the bracket closed, the ceiling is
+/// raised by `step` (the upstream may have raised its limit), up to the
+/// configured rate. While below the
+/// configured rate, the guard paces requests evenly (no bursts).
 ///
 /// # Examples
 ///
@@ -81,6 +91,13 @@ impl Adaptation {
 
 /// The pacing state, kept under the guard's mutex (touched once per
 /// response, never on the admission path).
+/// Quiet periods with the bracket closed before the guard probes a higher
+/// rate.
+const PROBE_AFTER: u32 = 30;
+
+/// Periods the guard holds its rate after a 429 before probing upwards.
+const HOLD: u32 = 10;
+
 #[derive(Debug)]
 pub(crate) struct Throttle {
     settings: Adaptation,
@@ -89,8 +106,20 @@ pub(crate) struct Throttle {
     base_gap: u64,
     /// Fraction of the configured rate, in `[floor, 1]`.
     factor: f64,
-    /// When the factor last changed (guard clock, ns).
-    last_change: Option<u64>,
+    /// The factor that last drew a 429 (1.0: none yet, or probed back up).
+    ceiling: f64,
+    /// The fastest factor sent at for a whole period without a 429.
+    good: f64,
+    /// Quiet periods since the bracket closed.
+    quiet: u32,
+    /// Quiet periods since the last 429 (the hold before probing).
+    held: u32,
+    /// When the factor was last cut (guard clock, ns): 429s count once
+    /// per period.
+    last_cut: Option<u64>,
+    /// When the factor last rose, or was cut: rises come one period apart,
+    /// the first a full period after a cut.
+    last_rise: Option<u64>,
     /// Nanoseconds per unit from the upstream's advertised policy; 0 none.
     policy_gap: u64,
 }
@@ -101,7 +130,12 @@ impl Throttle {
             settings: settings.sanitized(),
             base_gap,
             factor: 1.0,
-            last_change: None,
+            ceiling: 1.0,
+            good: 1.0,
+            quiet: 0,
+            held: HOLD,
+            last_cut: None,
+            last_rise: None,
             policy_gap: 0,
         }
     }
@@ -110,28 +144,58 @@ impl Throttle {
         crate::clock::duration_to_nanos(self.settings.every)
     }
 
-    fn due(&self, now: u64) -> bool {
-        self.last_change
-            .is_none_or(|t| now.saturating_sub(t) >= self.every())
+    fn due(&self, since: Option<u64>, now: u64) -> bool {
+        since.is_none_or(|t| now.saturating_sub(t) >= self.every())
     }
 
     /// A 429: lower the rate, once per period.
     pub(crate) fn on_limited(&mut self, now: u64) {
-        if self.due(now) {
-            self.factor = (self.factor * self.settings.decrease).max(self.settings.floor);
-            self.last_change = Some(now);
+        if self.due(self.last_cut, now) {
+            self.ceiling = self.factor;
+            if self.good >= self.factor {
+                self.good = (self.factor * self.settings.decrease).max(self.settings.floor);
+            }
+            self.factor = self.good;
+            self.quiet = 0;
+            self.held = 0;
+            self.last_cut = Some(now);
+            self.last_rise = Some(now);
         }
     }
 
-    /// A response without 429: raise the rate, once per period.
     pub(crate) fn on_success(&mut self, now: u64) {
-        if self.factor < 1.0 && self.due(now) {
-            self.factor = (self.factor + self.settings.step).min(1.0);
-            self.last_change = Some(now);
+        if !self.due(self.last_rise, now) {
+            return;
+        }
+        self.last_rise = Some(now);
+        // A whole period at the current rate without a 429.
+        self.good = self.good.max(self.factor);
+        if self.held < HOLD {
+            self.held += 1;
+            return;
+        }
+        if self.ceiling - self.good > self.settings.step / 2.0 {
+            self.factor = (self.good + self.ceiling) / 2.0;
+            return;
+        }
+        if self.ceiling >= 1.0 {
+            // Within a step of the configured rate, which always may be
+            // tried: back to it.
+            self.factor = 1.0;
+            self.good = 1.0;
+            return;
+        }
+        self.factor = self.good;
+        {
+            self.quiet += 1;
+            if self.quiet >= PROBE_AFTER {
+                self.quiet = 0;
+                self.ceiling = (self.ceiling + self.settings.step).min(1.0);
+                self.factor = (self.good + self.ceiling) / 2.0;
+            }
         }
     }
 
-    /// The upstream advertised `quota` per `window`.
     pub(crate) fn on_policy(&mut self, quota: u64, window: Duration) {
         let gap = window.as_nanos() / u128::from(quota.max(1));
         self.policy_gap = u64::try_from(gap).unwrap_or(u64::MAX);
@@ -172,19 +236,27 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     #[test]
-    fn decreases_once_per_period_and_recovers_step_by_step() {
+    fn decreases_once_per_period_and_bisects_back() {
         let mut t = Throttle::new(Adaptation::default(), 10_000_000); // 100/s
         assert_eq!(t.gap(), 0);
         t.on_limited(0);
-        t.on_limited(S / 2); // same period: no second halving
+        t.on_limited(S / 2); // same period: no second cut
         assert_eq!(t.factor(), 0.5);
         assert_eq!(t.gap(), 20_000_000);
         t.on_success(S / 2);
         assert_eq!(t.factor(), 0.5, "not a period yet");
-        t.on_success(S);
-        assert!((t.factor() - 0.55).abs() < 1e-9);
-        for i in 2..=12 {
+        // Held for HOLD periods, then half-way to the 429's rate.
+        for i in 1..=u64::from(HOLD) {
             t.on_success(i * S);
+            assert_eq!(t.factor(), 0.5);
+        }
+        let i = u64::from(HOLD) + 1;
+        t.on_success(i * S);
+        assert_eq!(t.factor(), 0.75);
+        t.on_success((i + 1) * S);
+        assert_eq!(t.factor(), 0.875);
+        for k in 2..=8 {
+            t.on_success((i + k) * S);
         }
         assert_eq!(t.factor(), 1.0);
         assert_eq!(t.gap(), 0);
@@ -192,6 +264,53 @@ mod tests {
             t.on_limited(i * S);
         }
         assert_eq!(t.factor(), 1.0 / 64.0, "floored");
+    }
+
+    #[test]
+    fn a_lowered_limit_is_bracketed_in_a_few_429s() {
+        // The upstream now takes 0.5 of the configured rate: a 429 comes in
+        // the period after any rate above it.
+        let limit = 0.5;
+        let mut t = Throttle::new(Adaptation::default(), 10_000_000);
+        let mut limited = 0;
+        let mut factors = Vec::new();
+        for i in 0..90 {
+            if t.factor() > limit {
+                t.on_limited(i * S);
+                limited += 1;
+            } else {
+                t.on_success(i * S);
+            }
+            factors.push(t.factor());
+        }
+        assert!(limited <= 6, "{limited} 429s: {factors:?}");
+        // At the limit right after the first 429, and from the 60th second
+        // on (the bracket closed, no more 429s).
+        assert!(factors[..10].iter().all(|&f| f == limit), "{factors:?}");
+        assert!(factors[60..].iter().all(|&f| f == limit), "{factors:?}");
+    }
+
+    #[test]
+    fn after_quiet_periods_it_probes_higher() {
+        let mut t = Throttle::new(Adaptation::default(), 10_000_000);
+        t.on_limited(0); // at 1.0: back to 0.5
+        let mut i = 1;
+        while t.factor() < 0.75 {
+            t.on_success(i * S);
+            i += 1;
+        }
+        t.on_limited(i * S); // ceiling 0.75, back to 0.5
+        i += 1;
+        while t.factor() < 0.7 && i < 100 {
+            t.on_success(i * S);
+            i += 1;
+        }
+        let settled = t.factor();
+        assert!(settled < 0.75 && settled > 0.7, "{settled}");
+        for k in 0..u64::from(PROBE_AFTER) {
+            t.on_success((i + k) * S);
+        }
+        assert!(t.factor() > settled, "{}", t.factor());
     }
 
     #[test]

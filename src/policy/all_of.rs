@@ -229,8 +229,11 @@ impl AllOf {
     /// Of the members' decisions, the one a caller should act on: the
     /// denial with the longest retry, else the admission with the fewest
     /// remaining.
-    fn binding(decisions: impl Iterator<Item = Decision>) -> Option<Decision> {
-        decisions.reduce(|a, b| match (a.is_allowed(), b.is_allowed()) {
+    fn tighter(so_far: Option<Decision>, b: Decision) -> Option<Decision> {
+        let Some(a) = so_far else {
+            return Some(b);
+        };
+        Some(match (a.is_allowed(), b.is_allowed()) {
             (true, false) => b,
             (false, true) => a,
             (false, false) if b.retry_after_nanos() > a.retry_after_nanos() => b,
@@ -256,14 +259,15 @@ impl Limit for AllOf {
             return only.check_n(cost);
         }
         let _locks = self.lock();
-        let mut peeks = Vec::with_capacity(self.members.len());
+        // Folded as they come: no allocation per check.
+        let mut peeked = None;
         for member in &self.members {
-            peeks.push(member.peek_n(cost)?);
+            peeked = Self::tighter(peeked, member.peek_n(cost)?);
         }
-        if peeks.iter().any(|d| !d.is_allowed()) {
-            return Ok(Self::binding(peeks.into_iter()).unwrap_or_else(Self::unlimited));
+        if peeked.is_some_and(|d| !d.is_allowed()) {
+            return Ok(peeked.unwrap_or_else(Self::unlimited));
         }
-        let mut checks = Vec::with_capacity(self.members.len());
+        let mut checked = None;
         for member in &self.members {
             let decision = member.check_n(cost)?;
             if !decision.is_allowed() {
@@ -271,17 +275,17 @@ impl Limit for AllOf {
                 // the type's docs for what the earlier members recorded.
                 return Ok(decision);
             }
-            checks.push(decision);
+            checked = Self::tighter(checked, decision);
         }
-        Ok(Self::binding(checks.into_iter()).unwrap_or_else(Self::unlimited))
+        Ok(checked.unwrap_or_else(Self::unlimited))
     }
 
     fn peek_n(&self, cost: u32) -> Result<Decision, CheckError> {
-        let mut peeks = Vec::with_capacity(self.members.len());
+        let mut peeked = None;
         for member in &self.members {
-            peeks.push(member.peek_n(cost)?);
+            peeked = Self::tighter(peeked, member.peek_n(cost)?);
         }
-        Ok(Self::binding(peeks.into_iter()).unwrap_or_else(Self::unlimited))
+        Ok(peeked.unwrap_or_else(Self::unlimited))
     }
 
     /// The slowest member's quota (the lowest sustained rate).

@@ -56,7 +56,7 @@ pub(crate) trait Gate {
 }
 
 /// A denial's retry time as a step; `u64::MAX` means never.
-#[inline]
+#[inline(always)]
 pub(crate) fn step_of(decision: Decision) -> Result<Step, WaitError> {
     if decision.is_allowed() {
         Ok(Step::Pass(decision))
@@ -73,6 +73,7 @@ pub(crate) fn step_of(decision: Decision) -> Result<Step, WaitError> {
 /// Consults the gate, probing first where an admission could reserve a
 /// delayed slot past the deadline. `budget`: nanoseconds left before the
 /// deadline, `None` without one.
+#[inline(always)]
 fn consult<G: Gate + ?Sized>(gate: &G, cost: u32, budget: Option<u64>) -> Result<Step, WaitError> {
     if let Some(budget) = budget
         && gate.reserves_delay()
@@ -103,6 +104,7 @@ fn sleep_for(wait: u64, budget: Option<u64>, jitter: &Jitter) -> Duration {
 
 /// Nanoseconds left before `deadline`; reads the clock only when there is
 /// one (a free slot without a deadline costs no clock read here).
+#[inline]
 fn budget_of(deadline: Option<Instant>) -> Option<u64> {
     deadline.map(|d| crate::clock::duration_to_nanos(d.saturating_duration_since(Instant::now())))
 }
@@ -111,6 +113,7 @@ fn budget_of(deadline: Option<Instant>) -> Option<u64> {
 ///
 /// `idle`: whether nobody is queued (the fast path's hint); `join` takes a
 /// place in the queue.
+#[inline]
 pub(crate) fn wait_blocking<G: Gate + ?Sized, P: AsRef<Place>>(
     gate: &G,
     idle: bool,
@@ -122,10 +125,26 @@ pub(crate) fn wait_blocking<G: Gate + ?Sized, P: AsRef<Place>>(
     let mut learned = None;
     if idle && gate.fast_path() {
         match consult(gate, cost, budget_of(deadline))? {
+            Step::Pass(d) if d.delay_nanos() == 0 => return Ok(d),
             Step::Pass(d) => return Ok(finish_blocking(d)),
             Step::Wait(wait) => learned = Some(wait),
         }
     }
+    wait_blocking_queued(gate, join, cost, deadline, jitter, learned)
+}
+
+/// The queued path of [`wait_blocking`], out of line so the fast path stays
+/// small enough to inline into its callers.
+#[cold]
+#[inline(never)]
+fn wait_blocking_queued<G: Gate + ?Sized, P: AsRef<Place>>(
+    gate: &G,
+    join: impl FnOnce() -> P,
+    cost: u32,
+    deadline: Option<Instant>,
+    jitter: &Jitter,
+    mut learned: Option<u64>,
+) -> Result<Decision, WaitError> {
     let place = join();
     if place.as_ref().ahead() > 0 {
         // What the fast path learned is stale by the time this waiter is
@@ -198,8 +217,46 @@ pub(crate) async fn wait_async<G: Gate + ?Sized, P: AsRef<Place>>(
 }
 
 /// The queued part of [`wait_async`].
+/// The fast path of an async wait, run on its first poll: with nobody
+/// queued, one consultation. `Ready` when it decided (an admission without
+/// delay, or an error), else what the consultation learned for the queued
+/// path (`Some(wait)`) or nothing (`None`: the queue was busy, or an
+/// admission must still sleep through its delay, returned as `Err(d)`).
 #[cfg(feature = "tokio")]
-async fn wait_async_queued<G: Gate + ?Sized, P: AsRef<Place>>(
+pub(crate) enum FastPath {
+    Done(Result<Decision, WaitError>),
+    Delay(Decision),
+    Queue(Option<u64>),
+}
+
+#[cfg(feature = "tokio")]
+#[inline(always)]
+pub(crate) fn fast_path_async<G: Gate + ?Sized>(
+    gate: &G,
+    idle: bool,
+    cost: u32,
+    deadline: Option<tokio::time::Instant>,
+) -> FastPath {
+    if !(idle && gate.fast_path()) {
+        return FastPath::Queue(None);
+    }
+    let budget = deadline.map(|d| async_budget(d, tokio::time::Instant::now()));
+    match consult(gate, cost, budget) {
+        Err(e) => FastPath::Done(Err(e)),
+        Ok(Step::Pass(d)) if d.delay_nanos() == 0 => FastPath::Done(Ok(d)),
+        Ok(Step::Pass(d)) => FastPath::Delay(d),
+        Ok(Step::Wait(wait)) => FastPath::Queue(Some(wait)),
+    }
+}
+
+/// The sleep through an admitted request's delay (leaky bucket, delay mode).
+#[cfg(feature = "tokio")]
+pub(crate) async fn finish_delay(decision: Decision) -> Result<Decision, WaitError> {
+    Ok(finish_async(decision).await)
+}
+
+#[cfg(feature = "tokio")]
+pub(crate) async fn wait_async_queued<G: Gate + ?Sized, P: AsRef<Place>>(
     gate: &G,
     join: impl FnOnce() -> P,
     cost: u32,

@@ -19,6 +19,8 @@ mod pacer;
 mod queue;
 #[cfg(feature = "tokio")]
 mod tokio_clock;
+#[cfg(feature = "tokio")]
+mod until_ready;
 
 #[cfg(feature = "tokio")]
 pub(crate) use engine::wait_async;
@@ -31,3 +33,5 @@ pub use keyed::KeyedPacer;
 pub use pacer::Pacer;
 #[cfg(feature = "tokio")]
 pub use tokio_clock::TokioClock;
+#[cfg(feature = "tokio")]
+pub use until_ready::UntilReady;

@@ -4,6 +4,8 @@ use super::engine::{self, Gate, Step, step_of};
 use super::error::WaitError;
 use super::jitter::Jitter;
 use super::queue::WaitQueue;
+#[cfg(feature = "tokio")]
+use super::until_ready::UntilReady;
 use crate::algorithm::{Algorithm, LeakyBucket, TokenBucket};
 use crate::clock::{Clock, QuantaClock};
 use crate::sync::Arc;
@@ -116,6 +118,7 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     /// # Errors
     ///
     /// [`WaitError::NeverReady`] only if the limiter reports no retry time.
+    #[inline]
     pub fn wait(&self) -> Result<Decision, WaitError> {
         self.wait_n(1)
     }
@@ -126,6 +129,7 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     ///
     /// [`WaitError::CostExceedsCapacity`] at once for a cost that can never
     /// pass.
+    #[inline]
     pub fn wait_n(&self, cost: u32) -> Result<Decision, WaitError> {
         self.wait_inner(cost, None)
     }
@@ -141,6 +145,7 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
         self.wait_inner(cost, Some(deadline))
     }
 
+    #[inline]
     fn wait_inner(&self, cost: u32, deadline: Option<Instant>) -> Result<Decision, WaitError> {
         engine::wait_blocking(
             &self.limiter,
@@ -189,8 +194,8 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     /// # }).unwrap();
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub async fn until_ready(&self) -> Result<Decision, WaitError> {
-        self.until_n_ready(1).await
+    pub fn until_ready(&self) -> UntilReady<'_, A, C> {
+        UntilReady::new(self, 1, None)
     }
 
     /// Waits until a request of `cost` is admitted.
@@ -199,8 +204,8 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     ///
     /// [`WaitError::CostExceedsCapacity`] at once for a cost that can never
     /// pass.
-    pub async fn until_n_ready(&self, cost: u32) -> Result<Decision, WaitError> {
-        self.until_inner(cost, None).await
+    pub fn until_n_ready(&self, cost: u32) -> UntilReady<'_, A, C> {
+        UntilReady::new(self, cost, None)
     }
 
     /// Waits until a request of cost 1 is admitted, or fails, consuming
@@ -209,11 +214,8 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     /// # Errors
     ///
     /// As [`until_n_ready_by`](Pacer::until_n_ready_by).
-    pub async fn until_ready_by(
-        &self,
-        deadline: tokio::time::Instant,
-    ) -> Result<Decision, WaitError> {
-        self.until_n_ready_by(1, deadline).await
+    pub fn until_ready_by(&self, deadline: tokio::time::Instant) -> UntilReady<'_, A, C> {
+        UntilReady::new(self, 1, Some(deadline))
     }
 
     /// Waits until a request of `cost` is admitted, or fails, consuming
@@ -226,33 +228,25 @@ impl<A: Algorithm, C: Clock> Pacer<A, C> {
     /// [`WaitError::DeadlineExceeded`] (with when it could pass),
     /// [`WaitError::QueuedAtDeadline`] when others were still ahead at the
     /// deadline, [`WaitError::CostExceedsCapacity`].
-    pub async fn until_n_ready_by(
+    pub fn until_n_ready_by(
         &self,
         cost: u32,
         deadline: tokio::time::Instant,
-    ) -> Result<Decision, WaitError> {
-        self.until_inner(cost, Some(deadline)).await
+    ) -> UntilReady<'_, A, C> {
+        UntilReady::new(self, cost, Some(deadline))
     }
 
-    async fn until_inner(
-        &self,
-        cost: u32,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Decision, WaitError> {
-        engine::wait_async(
-            &self.limiter,
-            self.queue.is_idle(),
-            || WaitQueue::join(&self.queue),
-            cost,
-            deadline,
-            &self.jitter,
-        )
-        .await
+    pub(super) fn queue(&self) -> &Arc<WaitQueue> {
+        &self.queue
+    }
+
+    pub(super) fn jitter(&self) -> &Jitter {
+        &self.jitter
     }
 }
 
 impl<A: Algorithm, C: Clock> Gate for RateLimiter<A, C> {
-    #[inline]
+    #[inline(always)]
     fn attempt(&self, cost: u32) -> Result<Step, WaitError> {
         step_of(self.check_n(cost)?)
     }
