@@ -6,6 +6,7 @@ use super::SimError;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Okabe-Ito colours: distinguishable with the common colour-vision
 /// deficiencies.
@@ -43,6 +44,10 @@ pub(crate) enum Mark {
     /// A staircase: each value holds until the next point.
     Step,
     Dashed,
+    /// A dashed staircase.
+    DashedStep,
+    /// A wide, light staircase to draw thin lines over (offered load).
+    Backdrop,
 }
 
 pub(crate) struct Series {
@@ -215,13 +220,22 @@ fn draw_xy(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, series: &[Serie
             Mark::Dashed => chart
                 .draw_series(DashedLineSeries::new(s.points.iter().copied(), 6, 4, style))
                 .map_err(plot_err)?,
+            Mark::Backdrop => chart
+                .draw_series(LineSeries::new(steps(&s.points), c.mix(0.35).stroke_width(7)))
+                .map_err(plot_err)?,
+            Mark::DashedStep => chart
+                .draw_series(DashedLineSeries::new(steps(&s.points), 6, 4, style))
+                .map_err(plot_err)?,
         };
         let anno = anno.label(s.name.as_str());
         match s.mark {
-            Mark::Dashed => {
+            Mark::Dashed | Mark::DashedStep => {
                 anno.legend(move |(x, y)| dash!(x, y, c));
             }
-            _ => {
+            Mark::Backdrop => {
+                anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.mix(0.35).stroke_width(7)));
+            }
+            Mark::Line | Mark::Step => {
                 anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
             }
         }
@@ -263,7 +277,8 @@ fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(Stri
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(64)
-        .build_cartesian_2d((0u32..n).into_segmented(), y0..y1)
+        // Integer ranges are inclusive: 0..=n-1 gives n segments.
+        .build_cartesian_2d((0u32..n - 1).into_segmented(), y0..y1)
         .map_err(plot_err)?;
     let names: Vec<&str> = bars.iter().map(|b| b.0.as_str()).collect();
     let x_fmt = |v: &SegmentValue<u32>| match v {
@@ -296,7 +311,10 @@ fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(Stri
         let label = Text::new(
             trim(*v),
             (SegmentValue::CenterOf(i), *v + (y1 - y0) * 0.02),
-            ("sans-serif", 13).into_font().color(&BLACK),
+            ("sans-serif", 13)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Bottom)),
         );
         chart.draw_series(std::iter::once(label)).map_err(plot_err)?;
     }
@@ -304,7 +322,7 @@ fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(Stri
         let style = ShapeStyle::from(&GREY).stroke_width(1);
         chart
             .draw_series(DashedLineSeries::new(
-                vec![(SegmentValue::Exact(0), *v), (SegmentValue::Exact(n), *v)],
+                vec![(SegmentValue::Exact(0), *v), (SegmentValue::Last, *v)],
                 4,
                 4,
                 style,

@@ -56,9 +56,12 @@ impl ReplayReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} lines ({:?}), {} requests over {:.0} s, {} malformed",
+            "{} lines ({}), {} requests over {:.0} s, {} malformed",
             self.lines,
-            self.format,
+            match self.format {
+                super::LogFormat::Csv => "CSV",
+                super::LogFormat::Nginx => "nginx combined",
+            },
             self.requests,
             self.last_time - self.first_time,
             self.malformed
@@ -95,15 +98,18 @@ impl ReplayReport {
         } else {
             ("hours", 3600.0)
         };
-        let w = self.bucket_secs;
+        // At most ~150 steps, so that lines stay readable.
+        let k = self.offered_per_bucket.len().div_ceil(150).max(1);
+        let w = self.bucket_secs * k as f64;
         let rate = |counts: &[u64]| -> Vec<(f64, f64)> {
-            let mut pts: Vec<(f64, f64)> = counts.iter().enumerate().map(|(i, &n)| (i as f64 * w / scale, n as f64 / w)).collect();
+            let merged: Vec<u64> = counts.chunks(k).map(|c| c.iter().sum()).collect();
+            let mut pts: Vec<(f64, f64)> = merged.iter().enumerate().map(|(i, &n)| (i as f64 * w / scale, n as f64 / w)).collect();
             if let Some(&(x, y)) = pts.last() {
                 pts.push((x + w / scale, y));
             }
             pts
         };
-        let mut series = vec![Series::new(format!("offered: {} requests", self.requests), Mark::Step, 6, rate(&self.offered_per_bucket))];
+        let mut series = vec![Series::new(format!("offered: {} requests", self.requests), Mark::Backdrop, 6, rate(&self.offered_per_bucket))];
         for (i, p) in self.policies.iter().enumerate() {
             series.push(Series::new(
                 format!("{}: {} admitted", p.policy, p.admitted),

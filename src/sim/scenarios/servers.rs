@@ -119,49 +119,58 @@ pub fn three_servers(seed: u64) -> Result<Scenario<ThreeServers>, SimError> {
     let phases: Vec<u64> = (0..SERVERS).map(|_| rng.below(GAP)).collect();
     let tick_offsets: Vec<f64> = (0..SERVERS).map(|_| rng.unit()).collect();
     let mut rows = Vec::new();
-    for mode in MODES {
+    let mut inside = Vec::new();
+    for (i, mode) in MODES.into_iter().enumerate() {
         let admitted = run_mode(mode, &phases, &tick_offsets)?;
         let per_second = per_bucket(&admitted, SEC);
-        rows.push(ServerRow {
+        let row = ServerRow {
             mode,
             admitted: admitted.len() as u64,
             allowed: u64::from(LIMIT) * SECONDS,
             worst_window: max_in_window(&admitted, SEC),
             per_second,
-        });
+        };
+        inside.push(Series::new(
+            format!("{}: worst second {}", mode.label(), row.worst_window),
+            Mark::Step,
+            i,
+            within_windows(&admitted, 2),
+        ));
+        rows.push(row);
     }
     let offered = SERVERS as u64 * SECONDS * SEC / GAP;
-    let series = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut pts: Vec<(f64, f64)> = r.per_second.iter().enumerate().map(|(s, &n)| (s as f64, n as f64)).collect();
-            if let Some(&(_, n)) = pts.last() {
-                pts.push((SECONDS as f64, n));
-            }
-            let label = format!("{}: {} admitted", r.mode.label(), r.admitted);
-            Series::new(label, Mark::Step, i, pts)
-        })
-        .collect();
-    let mut panel = Panel::new(
-        "Admitted per second, all servers together",
-        "time (s)",
+    let mut bars = Panel::new(
+        "Admitted per second, all servers (mean of 10 s)",
+        "how the servers share the limit",
         "requests admitted per second",
-        Body::Xy(series),
+        Body::Bars(
+            rows.iter()
+                .map(|r| (short(r.mode), r.admitted as f64 / SECONDS as f64))
+                .collect(),
+        ),
     );
-    panel.hlines.push((f64::from(LIMIT), "limit: 100/s".into()));
-    panel.hlines.push((3.0 * f64::from(LIMIT), "offered: 300/s".into()));
-    panel.y_range = Some((0.0, 420.0));
-    panel.x_range = Some((0.0, SECONDS as f64));
-    panel.legend = SeriesLabelPosition::UpperRight;
+    bars.hlines.push((f64::from(LIMIT), "limit: 100/s".into()));
+    bars.hlines.push((3.0 * f64::from(LIMIT), "offered: 300/s".into()));
+    bars.y_range = Some((0.0, 380.0));
+    bars.legend = SeriesLabelPosition::UpperRight;
+    let mut window = Panel::new(
+        "Inside the first two 1 s windows: admitted so far in the window",
+        "time (s)",
+        "admitted in the current window",
+        Body::Xy(inside),
+    );
+    window.hlines.push((f64::from(LIMIT), "limit: 100 per window".into()));
+    window.x_range = Some((0.0, 2.0));
+    window.y_range = Some((0.0, 440.0));
+    window.legend = SeriesLabelPosition::UpperLeft;
     let svg = render(&Figure {
         title: "Three servers sharing 100 requests/s, each offered 100/s (3x the limit in all)".into(),
         note: "The shared store is modelled in process with instant round trips (not Redis); \
                each server's own decisions run on a rategate fixed window."
             .into(),
-        panels: vec![panel],
-        cols: 1,
-        width: 1000,
+        panels: vec![bars, window],
+        cols: 2,
+        width: 1400,
         panel_height: 520,
     })?;
     let mut table = vec![row(&[&"mode", &"admitted", &"one limiter allows", &"overshoot", &"worst second"])];
@@ -190,6 +199,40 @@ pub fn three_servers(seed: u64) -> Result<Scenario<ThreeServers>, SimError> {
         table,
         svg,
     })
+}
+
+fn short(mode: ServerMode) -> String {
+    match mode {
+        ServerMode::LocalOnly => "local only".into(),
+        ServerMode::Central => "central".into(),
+        ServerMode::Synced { interval_ms } if interval_ms % 1000 == 0 => {
+            format!("sync {} s", interval_ms / 1000)
+        }
+        ServerMode::Synced { interval_ms } => format!("sync {interval_ms} ms"),
+        ServerMode::Leased { .. } => "leases".into(),
+    }
+}
+
+/// Admitted so far in the current 1 s window, over the first `windows`
+/// windows: (seconds, count), restarting from 0 at each window.
+fn within_windows(admitted: &[(u64, u64)], windows: u64) -> Vec<(f64, f64)> {
+    let mut pts = Vec::new();
+    let mut count = 0;
+    let mut current = u64::MAX;
+    for &(t, n) in admitted.iter().take_while(|e| e.0 < windows * SEC) {
+        let w = t / SEC;
+        if w != current {
+            pts.push((w as f64, 0.0));
+            current = w;
+            count = 0;
+        }
+        count += n;
+        pts.push((t as f64 / SEC as f64, count as f64));
+    }
+    if let Some(&(_, y)) = pts.last() {
+        pts.push((windows as f64, y));
+    }
+    pts
 }
 
 /// Arrivals and ticks of every server, in time order.

@@ -55,7 +55,7 @@ pub fn burst_vs_smoothing() -> Result<Scenario<Smoothing>, SimError> {
     let mut rows = Vec::new();
     let mut series = vec![Series::new(
         "arrivals (30 at 0 s, 15 at 3 s)",
-        Mark::Dashed,
+        Mark::DashedStep,
         6,
         cumulative(&arrivals),
     )];
