@@ -31,7 +31,11 @@ fn nginx_log_with_malformed_lines() {
     let r = run(NGINX, &["fixed:3/m", "token:1/s burst=1"]);
     assert_eq!(r.format, LogFormat::Nginx);
     assert_eq!((r.lines, r.requests, r.malformed), (9, 6, 2));
-    let lines: Vec<(u64, &str)> = r.malformed_lines.iter().map(|m| (m.line, m.reason.as_str())).collect();
+    let lines: Vec<(u64, &str)> = r
+        .malformed_lines
+        .iter()
+        .map(|m| (m.line, m.reason.as_str()))
+        .collect();
     assert_eq!(lines, vec![(3, "no [time]"), (7, "unknown month")]);
     assert_eq!(r.first_time, 1_714_557_600.0);
     assert_eq!(r.last_time, 1_714_557_660.0);
@@ -41,7 +45,10 @@ fn nginx_log_with_malformed_lines() {
     assert_eq!(fixed.policy, "fixed:3/1m");
     assert_eq!((fixed.requests, fixed.admitted, fixed.denied), (6, 5, 1));
     assert_eq!(fixed.top_denied[0].key, "10.0.0.1");
-    assert_eq!((fixed.top_denied[0].denied, fixed.top_denied[0].overcount), (1, 0));
+    assert_eq!(
+        (fixed.top_denied[0].denied, fixed.top_denied[0].overcount),
+        (1, 0)
+    );
     // token 1/s, burst 1: 10.0.0.1 at 0 s, 0 s, 1 s, 2 s, 60 s: one denied.
     let token = &r.policies[1];
     assert_eq!((token.admitted, token.denied), (5, 1));
@@ -101,19 +108,35 @@ fn format_can_be_forced_and_wrong_formats_are_malformed_not_panics() {
     for format in [LogFormat::Csv, LogFormat::Nginx] {
         opts.format = Some(format);
         let r = replay(&junk[..], None, &opts).unwrap();
-        assert!(r.malformed > 0 && r.malformed_lines.len() == 20, "{format:?}");
+        assert!(
+            r.malformed > 0 && r.malformed_lines.len() == 20,
+            "{format:?}"
+        );
     }
 }
 
 #[test]
 fn bad_policies_are_typed_errors() {
-    for bad in ["", "quick:10/s", "leaky:10r/s burst=20 delay=x", "token:0/s", "counter:2000000/m", "leaky:1/2000s"] {
+    for bad in [
+        "",
+        "quick:10/s",
+        "leaky:10r/s burst=20 delay=x",
+        "token:0/s",
+        "counter:2000000/m",
+        "leaky:1/2000s",
+    ] {
         let e = bad.parse::<Policy>().unwrap_err();
         assert!(!e.to_string().is_empty(), "{bad}");
     }
     let e = replay(&b""[..], None, &ReplayOptions::new(vec![])).unwrap_err();
     assert!(e.to_string().contains("no policy"));
-    assert!(replay_file(Path::new("/no/such/file.log"), &ReplayOptions::new(policies(&["5000/h"]))).is_err());
+    assert!(
+        replay_file(
+            Path::new("/no/such/file.log"),
+            &ReplayOptions::new(policies(&["5000/h"]))
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -126,7 +149,11 @@ fn long_spans_widen_the_buckets_and_the_key_cap_holds() {
     let mut opts = ReplayOptions::new(policies(&["log:1/h"]));
     opts.max_keys = 10;
     let r = replay(csv.as_bytes(), None, &opts).unwrap();
-    assert!(r.bucket_secs >= 8.0 && r.offered_per_bucket.len() <= 2048, "{}", r.bucket_secs);
+    assert!(
+        r.bucket_secs >= 8.0 && r.offered_per_bucket.len() <= 2048,
+        "{}",
+        r.bucket_secs
+    );
     assert_eq!(r.offered_per_bucket.iter().sum::<u64>(), 5400);
     let p = &r.policies[0];
     assert!(p.keys_at_end <= 10);
@@ -139,10 +166,16 @@ fn shipped_samples_are_the_generators_output_and_replay_cleanly() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sim");
     let mut nginx = Vec::new();
     sample::write_nginx_log(&mut nginx, 3000, 0x5EED_2024).unwrap();
-    assert_eq!(std::fs::read(root.join("sample-access.log")).unwrap(), nginx);
+    assert_eq!(
+        std::fs::read(root.join("sample-access.log")).unwrap(),
+        nginx
+    );
     let mut csv = Vec::new();
     sample::write_csv_log(&mut csv, 2000, 0x5EED_2024).unwrap();
-    assert_eq!(std::fs::read(root.join("sample-requests.csv")).unwrap(), csv);
+    assert_eq!(
+        std::fs::read(root.join("sample-requests.csv")).unwrap(),
+        csv
+    );
 
     let opts = ReplayOptions::new(policies(&["leaky:10r/s burst=20 nodelay", "fixed:300/m"]));
     let r = replay_file(&root.join("sample-access.log"), &opts).unwrap();
@@ -172,13 +205,26 @@ fn ten_million_lines_stream_in_bounded_memory() {
     let size = std::fs::metadata(&log).unwrap().len();
     let started = std::time::Instant::now();
     let out = std::process::Command::new(bin)
-        .args(["replay", "--quiet", "-p", "leaky:10r/s burst=20 nodelay", "-p", "fixed:300/m", "--out"])
+        .args([
+            "replay",
+            "--quiet",
+            "-p",
+            "leaky:10r/s burst=20 nodelay",
+            "-p",
+            "fixed:300/m",
+            "--out",
+        ])
         .arg(&dir)
         .arg(&log)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("replay.json")).unwrap()).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("replay.json")).unwrap()).unwrap();
     let rss = report["peak_rss_bytes"].as_u64().unwrap();
     println!(
         "10M lines, {:.0} MiB of log: replayed in {:.1} s, peak RSS {:.1} MiB",

@@ -4,7 +4,9 @@
 
 #![cfg(feature = "sim")]
 
-use rategate::sim::scenarios::{ServerMode, boundary_burst, burst_vs_smoothing, counter_vs_log, three_servers, vendor_quotas};
+use rategate::sim::scenarios::{
+    ServerMode, boundary_burst, burst_vs_smoothing, counter_vs_log, three_servers, vendor_quotas,
+};
 use rategate::sim::{AlgorithmName, simulate, write_report};
 
 const SEED: u64 = 0x5EED_2024;
@@ -32,15 +34,38 @@ fn boundary_burst_admits_what_each_algorithm_allows() {
 fn smoothing_delays_match_nginx() {
     let s = burst_vs_smoothing().unwrap().summary;
     let token = s.row("token:10/1s burst=20").unwrap();
-    assert_eq!((token.first_burst_at_once, token.delayed, token.admitted), (20, 0, 35));
+    assert_eq!(
+        (token.first_burst_at_once, token.delayed, token.admitted),
+        (20, 0, 35)
+    );
     let nodelay = s.row("leaky:10/1s burst=20 nodelay").unwrap();
-    assert_eq!((nodelay.first_burst_at_once, nodelay.delayed, nodelay.max_delay_ms), (21, 0, 0));
+    assert_eq!(
+        (
+            nodelay.first_burst_at_once,
+            nodelay.delayed,
+            nodelay.max_delay_ms
+        ),
+        (21, 0, 0)
+    );
     // delay=8: the first 1 + 8 pass at once, the other 12 wait 100 ms each more.
     let two_stage = s.row("leaky:10/1s burst=20 delay=8").unwrap();
-    assert_eq!((two_stage.first_burst_at_once, two_stage.first_burst_last_departure_ms), (9, 1200));
+    assert_eq!(
+        (
+            two_stage.first_burst_at_once,
+            two_stage.first_burst_last_departure_ms
+        ),
+        (9, 1200)
+    );
     // Plain burst=20: every excess request waits its turn at 10/s.
     let plain = s.row("leaky:10/1s burst=20").unwrap();
-    assert_eq!((plain.first_burst_at_once, plain.first_burst_last_departure_ms, plain.denied), (1, 2000, 9));
+    assert_eq!(
+        (
+            plain.first_burst_at_once,
+            plain.first_burst_last_departure_ms,
+            plain.denied
+        ),
+        (1, 2000, 9)
+    );
 }
 
 #[test]
@@ -57,14 +82,23 @@ fn three_servers_overshoot_within_the_documented_bounds() {
     assert_eq!((central.admitted, central.worst_window), (1000, 100));
     // Leases: never above the limit in any window.
     let leased = row(ServerMode::Leased { tick_ms: 100 });
-    assert!(leased.worst_window <= 100 && leased.admitted >= 900, "{leased:?}");
+    assert!(
+        leased.worst_window <= 100 && leased.admitted >= 900,
+        "{leased:?}"
+    );
     // Synced fixed window: at most (N - 1) x min(limit, 2 x rate x interval)
     // over the limit per window (the synced module's bound, round trip 0).
     let bound = |interval_s: f64| 100 + 2 * (100f64.min(2.0 * 100.0 * interval_s) as u64);
     let slow = row(ServerMode::Synced { interval_ms: 1000 });
-    assert!(slow.worst_window > 100 && slow.worst_window <= bound(1.0), "{slow:?}");
+    assert!(
+        slow.worst_window > 100 && slow.worst_window <= bound(1.0),
+        "{slow:?}"
+    );
     let fast = row(ServerMode::Synced { interval_ms: 100 });
-    assert!(fast.worst_window > 100 && fast.worst_window <= bound(0.1), "{fast:?}");
+    assert!(
+        fast.worst_window > 100 && fast.worst_window <= bound(0.1),
+        "{fast:?}"
+    );
     assert!(fast.admitted < slow.admitted);
 }
 
@@ -79,7 +113,10 @@ fn counter_and_log_disagree_where_the_counter_estimates() {
     assert!(s.counter_max_in_window <= 100);
     assert!(s.counter_max_in_60s > 100 && s.counter_max_in_60s <= 200);
     assert!(s.counter_only > 0 && s.log_only > 0);
-    assert_eq!(s.counter_admitted + s.log_only, s.log_admitted + s.counter_only);
+    assert_eq!(
+        s.counter_admitted + s.log_only,
+        s.log_admitted + s.counter_only
+    );
 }
 
 #[test]
@@ -96,7 +133,10 @@ fn vendor_quotas_hold() {
     }
     // Hourly fixed windows: exactly the limit in each of the 3 hours.
     let signed_in = row("GitHub REST, signed in");
-    assert_eq!((signed_in.admitted, signed_in.max_in_window), (15_000, 5_000));
+    assert_eq!(
+        (signed_in.admitted, signed_in.max_in_window),
+        (15_000, 5_000)
+    );
     let anonymous = row("GitHub REST, anonymous");
     assert_eq!((anonymous.admitted, anonymous.max_in_window), (180, 60));
     assert!(s.graphql.max_points_in_window <= 5_000);
@@ -126,17 +166,37 @@ fn the_binary_writes_the_report_and_its_summary_holds_the_headlines() {
         .status()
         .unwrap();
     assert!(status.success());
-    for id in ["boundary_burst", "burst_vs_smoothing", "three_servers", "counter_vs_log", "vendor_quotas"] {
+    for id in [
+        "boundary_burst",
+        "burst_vs_smoothing",
+        "three_servers",
+        "counter_vs_log",
+        "vendor_quotas",
+    ] {
         let svg = std::fs::read_to_string(dir.join(format!("{id}.svg"))).unwrap();
-        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{id}");
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{id}"
+        );
     }
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 5);
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     let rows = &summary["scenarios"][0]["summary"]["rows"];
-    let fixed = rows.as_array().unwrap().iter().find(|r| r["algorithm"] == "fixed_window").unwrap();
+    let fixed = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["algorithm"] == "fixed_window")
+        .unwrap();
     assert_eq!(fixed["max_in_60s"], 200);
-    let log = rows.as_array().unwrap().iter().find(|r| r["algorithm"] == "sliding_window_log").unwrap();
+    let log = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["algorithm"] == "sliding_window_log")
+        .unwrap();
     assert_eq!(log["max_in_60s"], 100);
     std::fs::remove_dir_all(&dir).unwrap();
     // The library's writer gives the same files.

@@ -15,7 +15,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rategate-sim", version, about = "Simulate rate-limiting algorithms and replay access logs under rategate policies")]
+#[command(
+    name = "rategate-sim",
+    version,
+    about = "Simulate rate-limiting algorithms and replay access logs under rategate policies"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -103,11 +107,27 @@ fn run(cli: Cli) -> Result<(), SimError> {
                 println!("== {}\n{}", s.title, text_table(&s.table));
             }
             let files = write_report(&sim, &out)?;
-            println!("wrote {} files to {} (open {})", files.len(), out.display(), out.join("index.html").display());
+            println!(
+                "wrote {} files to {} (open {})",
+                files.len(),
+                out.display(),
+                out.join("index.html").display()
+            );
             Ok(())
         }
-        Command::Replay { file, policies, format, max_keys, top, out, quiet } => {
-            let policies = policies.iter().map(|p| p.parse::<Policy>()).collect::<Result<Vec<_>, _>>()?;
+        Command::Replay {
+            file,
+            policies,
+            format,
+            max_keys,
+            top,
+            out,
+            quiet,
+        } => {
+            let policies = policies
+                .iter()
+                .map(|p| p.parse::<Policy>())
+                .collect::<Result<Vec<_>, _>>()?;
             let mut opts = ReplayOptions::new(policies);
             opts.format = format.map(|f| match f {
                 Format::Csv => LogFormat::Csv,
@@ -128,8 +148,16 @@ fn run(cli: Cli) -> Result<(), SimError> {
             }
             Ok(())
         }
-        Command::SampleLog { lines, seed, format, out } => {
-            let io = |e| SimError::Io { path: out.clone(), source: e };
+        Command::SampleLog {
+            lines,
+            seed,
+            format,
+            out,
+        } => {
+            let io = |e| SimError::Io {
+                path: out.clone(),
+                source: e,
+            };
             let writer: Box<dyn std::io::Write> = if out.as_os_str() == "-" {
                 Box::new(std::io::stdout().lock())
             } else {
@@ -148,11 +176,22 @@ fn run(cli: Cli) -> Result<(), SimError> {
 fn text_table(table: &[Vec<String>]) -> String {
     let cols = table.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
-        .map(|c| table.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            table
+                .iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for r in table {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect();
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(s, w)| format!("{s:<w$}"))
+            .collect();
         out.push_str("  ");
         out.push_str(line.join("  ").trim_end());
         out.push('\n');

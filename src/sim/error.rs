@@ -42,7 +42,9 @@ impl fmt::Display for SimError {
             SimError::Policy { input, reason } => write!(f, "policy {input:?}: {reason}"),
             SimError::Quota(e) => write!(f, "{e}"),
             SimError::Check(e) => write!(f, "{e}"),
-            SimError::NoPolicy => f.write_str("no policy given (for example --policy \"token:100/m\")"),
+            SimError::NoPolicy => {
+                f.write_str("no policy given (for example --policy \"token:100/m\")")
+            }
             SimError::Plot(e) => write!(f, "drawing a chart: {e}"),
             SimError::Json(e) => write!(f, "writing JSON: {e}"),
         }

@@ -58,7 +58,12 @@ pub(crate) struct Series {
 }
 
 impl Series {
-    pub(crate) fn new(name: impl Into<String>, mark: Mark, color: usize, points: Vec<(f64, f64)>) -> Series {
+    pub(crate) fn new(
+        name: impl Into<String>,
+        mark: Mark,
+        color: usize,
+        points: Vec<(f64, f64)>,
+    ) -> Series {
         Series {
             name: name.into(),
             points,
@@ -141,8 +146,12 @@ pub(crate) fn render(fig: &Figure) -> Result<String, SimError> {
         .map_err(plot_err)?;
         let (body, foot) = rest.split_vertically(rows as u32 * fig.panel_height);
         if !fig.note.is_empty() {
-            foot.draw_text(&fig.note, &("sans-serif", 13).into_font().color(&GREY), (12, 6))
-                .map_err(plot_err)?;
+            foot.draw_text(
+                &fig.note,
+                &("sans-serif", 13).into_font().color(&GREY),
+                (12, 6),
+            )
+            .map_err(plot_err)?;
         }
         let areas = body.split_evenly((rows, cols));
         for (panel, area) in fig.panels.iter().zip(areas.iter()) {
@@ -174,11 +183,17 @@ fn bounds(series: &[Series], panel: &Panel) -> ((f64, f64), (f64, f64)) {
         x1 = x0 + 1.0;
     }
     let x = panel.x_range.unwrap_or((x0, x1));
-    let y = panel.y_range.unwrap_or((0.0, if y1 > 0.0 { y1 * 1.12 } else { 1.0 }));
+    let y = panel
+        .y_range
+        .unwrap_or((0.0, if y1 > 0.0 { y1 * 1.12 } else { 1.0 }));
     (x, y)
 }
 
-fn draw_xy(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, series: &[Series]) -> Result<(), SimError> {
+fn draw_xy(
+    area: &DrawingArea<SVGBackend, Shift>,
+    panel: &Panel,
+    series: &[Series],
+) -> Result<(), SimError> {
     let ((x0, x1), (y0, y1)) = bounds(series, panel);
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 16))
@@ -221,7 +236,10 @@ fn draw_xy(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, series: &[Serie
                 .draw_series(DashedLineSeries::new(s.points.iter().copied(), 6, 4, style))
                 .map_err(plot_err)?,
             Mark::Backdrop => chart
-                .draw_series(LineSeries::new(steps(&s.points), c.mix(0.35).stroke_width(7)))
+                .draw_series(LineSeries::new(
+                    steps(&s.points),
+                    c.mix(0.35).stroke_width(7),
+                ))
                 .map_err(plot_err)?,
             Mark::DashedStep => chart
                 .draw_series(DashedLineSeries::new(steps(&s.points), 6, 4, style))
@@ -233,10 +251,14 @@ fn draw_xy(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, series: &[Serie
                 anno.legend(move |(x, y)| dash!(x, y, c));
             }
             Mark::Backdrop => {
-                anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.mix(0.35).stroke_width(7)));
+                anno.legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.mix(0.35).stroke_width(7))
+                });
             }
             Mark::Line | Mark::Step => {
-                anno.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                anno.legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
             }
         }
     }
@@ -244,7 +266,12 @@ fn draw_xy(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, series: &[Serie
         .hlines
         .iter()
         .map(|(v, l)| (vec![(x0, *v), (x1, *v)], l))
-        .chain(panel.vlines.iter().map(|(v, l)| (vec![(*v, y0), (*v, y1)], l)));
+        .chain(
+            panel
+                .vlines
+                .iter()
+                .map(|(v, l)| (vec![(*v, y0), (*v, y1)], l)),
+        );
     for (line, label) in refs {
         let style = ShapeStyle::from(&GREY).stroke_width(1);
         chart
@@ -264,7 +291,11 @@ fn draw_xy(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, series: &[Serie
     Ok(())
 }
 
-fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(String, f64)]) -> Result<(), SimError> {
+fn draw_bars(
+    area: &DrawingArea<SVGBackend, Shift>,
+    panel: &Panel,
+    bars: &[(String, f64)],
+) -> Result<(), SimError> {
     let n = bars.len().max(1) as u32;
     let top = bars
         .iter()
@@ -303,7 +334,10 @@ fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(Stri
         let i = i as u32;
         let c = color(i as usize);
         let mut bar = Rectangle::new(
-            [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)],
+            [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), *v),
+            ],
             c.filled(),
         );
         bar.set_margin(0, 0, 12, 12);
@@ -316,7 +350,9 @@ fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(Stri
                 .color(&BLACK)
                 .pos(Pos::new(HPos::Center, VPos::Bottom)),
         );
-        chart.draw_series(std::iter::once(label)).map_err(plot_err)?;
+        chart
+            .draw_series(std::iter::once(label))
+            .map_err(plot_err)?;
     }
     for (v, label) in &panel.hlines {
         let style = ShapeStyle::from(&GREY).stroke_width(1);
@@ -329,7 +365,9 @@ fn draw_bars(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel, bars: &[(Stri
             ))
             .map_err(plot_err)?
             .label(label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 13, y)], GREY.stroke_width(1)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 13, y)], GREY.stroke_width(1))
+            });
     }
     if !panel.hlines.is_empty() {
         chart

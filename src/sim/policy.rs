@@ -2,8 +2,8 @@
 
 use super::SimError;
 use crate::{
-    CheckError, Decision, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock, Overflow,
-    Quota, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    CheckError, Decision, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock, Overflow, Quota,
+    SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -59,16 +59,18 @@ impl AlgorithmName {
     }
 
     fn parse(name: &str) -> Option<AlgorithmName> {
-        Some(match name.to_ascii_lowercase().replace(['-', ' '], "_").as_str() {
-            "token" | "token_bucket" | "gcra" | "bucket" => AlgorithmName::TokenBucket,
-            "fixed" | "fixed_window" | "window" => AlgorithmName::FixedWindow,
-            "log" | "sliding_log" | "sliding_window_log" => AlgorithmName::SlidingWindowLog,
-            "counter" | "sliding" | "sliding_counter" | "sliding_window_counter" => {
-                AlgorithmName::SlidingWindowCounter
-            }
-            "leaky" | "leaky_bucket" | "nginx" => AlgorithmName::LeakyBucket,
-            _ => return None,
-        })
+        Some(
+            match name.to_ascii_lowercase().replace(['-', ' '], "_").as_str() {
+                "token" | "token_bucket" | "gcra" | "bucket" => AlgorithmName::TokenBucket,
+                "fixed" | "fixed_window" | "window" => AlgorithmName::FixedWindow,
+                "log" | "sliding_log" | "sliding_window_log" => AlgorithmName::SlidingWindowLog,
+                "counter" | "sliding" | "sliding_counter" | "sliding_window_counter" => {
+                    AlgorithmName::SlidingWindowCounter
+                }
+                "leaky" | "leaky_bucket" | "nginx" => AlgorithmName::LeakyBucket,
+                _ => return None,
+            },
+        )
     }
 }
 

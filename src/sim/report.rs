@@ -55,18 +55,32 @@ pub fn write_report(sim: &Simulation, dir: &Path) -> Result<Vec<PathBuf>, SimErr
 pub(crate) fn text_table(table: &[Vec<String>]) -> String {
     let cols = table.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
-        .map(|c| table.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            table
+                .iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for r in table {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect();
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(s, w)| format!("{s:<w$}"))
+            .collect();
         let _ = writeln!(out, "  {}", line.join("  ").trim_end());
     }
     out
 }
 
 pub(crate) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 pub(crate) fn html_table(table: &[Vec<String>]) -> String {

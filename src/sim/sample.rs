@@ -14,8 +14,14 @@ use std::io::{self, Write};
 const START: u64 = 1_714_557_600;
 
 const PATHS: [&str; 8] = [
-    "/", "/api/v1/items", "/api/v1/items/42", "/api/v1/search?q=rate", "/login", "/static/app.js",
-    "/api/v1/orders", "/healthz",
+    "/",
+    "/api/v1/items",
+    "/api/v1/items/42",
+    "/api/v1/search?q=rate",
+    "/login",
+    "/static/app.js",
+    "/api/v1/orders",
+    "/healthz",
 ];
 const AGENTS: [&str; 4] = [
     "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0",
@@ -115,10 +121,18 @@ fn civil_from_days(z: i64) -> (i64, u64, u64) {
 }
 
 fn nginx_time(unix: u64) -> String {
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let (y, m, d) = civil_from_days((unix / 86_400) as i64);
     let s = unix % 86_400;
-    format!("{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000", MONTHS[(m - 1) as usize], s / 3600, s / 60 % 60, s % 60)
+    format!(
+        "{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000",
+        MONTHS[(m - 1) as usize],
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
 }
 
 /// Writes `lines` lines of nginx's `combined` format.

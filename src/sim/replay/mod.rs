@@ -297,7 +297,11 @@ impl Replayer {
                 .top
                 .top(top)
                 .into_iter()
-                .map(|(key, denied, overcount)| DeniedKey { key, denied, overcount })
+                .map(|(key, denied, overcount)| DeniedKey {
+                    key,
+                    denied,
+                    overcount,
+                })
                 .collect();
             run.report.keys_at_end = run.limiter.len();
             run.report.overflowed = run.limiter.overflow_count();
@@ -329,14 +333,25 @@ fn halve(v: &mut Vec<u64>) {
 /// [`SimError::NoPolicy`], a [`SimError::Quota`] for a policy its algorithm
 /// cannot hold, and [`SimError::Io`] when reading fails. Malformed lines
 /// are not errors: they are in the report.
-pub fn replay<R: BufRead>(mut input: R, total_bytes: Option<u64>, opts: &ReplayOptions) -> Result<ReplayReport, SimError> {
+pub fn replay<R: BufRead>(
+    mut input: R,
+    total_bytes: Option<u64>,
+    opts: &ReplayOptions,
+) -> Result<ReplayReport, SimError> {
     let io = |e| SimError::io("<input>", e);
     let format = match opts.format {
         Some(f) => f,
         None => {
             let head = input.fill_buf().map_err(io)?;
-            let first = head.split(|&b| b == b'\n').find(|l| !l.trim_ascii().is_empty()).unwrap_or(b"");
-            if parse::looks_like_nginx(first) { LogFormat::Nginx } else { LogFormat::Csv }
+            let first = head
+                .split(|&b| b == b'\n')
+                .find(|l| !l.trim_ascii().is_empty())
+                .unwrap_or(b"");
+            if parse::looks_like_nginx(first) {
+                LogFormat::Nginx
+            } else {
+                LogFormat::Csv
+            }
         }
     };
     let mut rep = Replayer::new(opts, format)?;
@@ -375,7 +390,10 @@ pub fn replay<R: BufRead>(mut input: R, total_bytes: Option<u64>, opts: &ReplayO
             }
         }
         LogFormat::Csv => {
-            let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).from_reader(input);
+            let mut reader = csv::ReaderBuilder::new()
+                .has_headers(false)
+                .flexible(true)
+                .from_reader(input);
             let mut record = csv::ByteRecord::new();
             loop {
                 match reader.read_byte_record(&mut record) {
@@ -391,7 +409,10 @@ pub fn replay<R: BufRead>(mut input: R, total_bytes: Option<u64>, opts: &ReplayO
                         }
                     },
                 }
-                let pos = record.position().map(|p| (p.line(), p.byte())).unwrap_or((rep.report.lines + 1, 0));
+                let pos = record
+                    .position()
+                    .map(|p| (p.line(), p.byte()))
+                    .unwrap_or((rep.report.lines + 1, 0));
                 rep.report.lines = pos.0;
                 // Up to four fields, without allocating: more than three is
                 // malformed whatever the fourth holds.
@@ -401,7 +422,8 @@ pub fn replay<R: BufRead>(mut input: R, total_bytes: Option<u64>, opts: &ReplayO
                     *slot = field;
                 }
                 let fields = &slots[..n];
-                if rep.report.requests == 0 && rep.report.malformed == 0 && parse::is_header(fields) {
+                if rep.report.requests == 0 && rep.report.malformed == 0 && parse::is_header(fields)
+                {
                     continue;
                 }
                 match parse::csv_record(fields) {

@@ -21,9 +21,17 @@ impl ReplayReport {
     pub fn table(&self) -> Vec<Vec<String>> {
         let span = (self.last_time - self.first_time).max(self.bucket_secs);
         let mut t = vec![
-            ["policy", "requests", "admitted", "denied", "admitted/s (mean)", "offered/s (mean)", "most denied keys"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "policy",
+                "requests",
+                "admitted",
+                "denied",
+                "admitted/s (mean)",
+                "offered/s (mean)",
+                "most denied keys",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for p in &self.policies {
             let top: Vec<String> = p
@@ -70,20 +78,36 @@ impl ReplayReport {
             let _ = writeln!(out, "  line {}: {} ({:?})", m.line, m.reason, m.text);
         }
         if self.malformed > self.malformed_lines.len() as u64 {
-            let _ = writeln!(out, "  ... and {} more", self.malformed - self.malformed_lines.len() as u64);
+            let _ = writeln!(
+                out,
+                "  ... and {} more",
+                self.malformed - self.malformed_lines.len() as u64
+            );
         }
         out.push('\n');
         out.push_str(&text_table(&self.table()));
         for p in &self.policies {
             if p.never_pass > 0 {
-                let _ = writeln!(out, "  {}: {} requests cost more than it can ever admit", p.policy, p.never_pass);
+                let _ = writeln!(
+                    out,
+                    "  {}: {} requests cost more than it can ever admit",
+                    p.policy, p.never_pass
+                );
             }
             if p.overflowed > 0 {
-                let _ = writeln!(out, "  {}: {} new keys found the key cap full and shared one state", p.policy, p.overflowed);
+                let _ = writeln!(
+                    out,
+                    "  {}: {} new keys found the key cap full and shared one state",
+                    p.policy, p.overflowed
+                );
             }
         }
         if let Some(rss) = self.peak_rss_bytes {
-            let _ = writeln!(out, "\npeak resident memory: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+            let _ = writeln!(
+                out,
+                "\npeak resident memory: {:.1} MiB",
+                rss as f64 / (1024.0 * 1024.0)
+            );
         }
         out
     }
@@ -103,13 +127,22 @@ impl ReplayReport {
         let w = self.bucket_secs * k as f64;
         let rate = |counts: &[u64]| -> Vec<(f64, f64)> {
             let merged: Vec<u64> = counts.chunks(k).map(|c| c.iter().sum()).collect();
-            let mut pts: Vec<(f64, f64)> = merged.iter().enumerate().map(|(i, &n)| (i as f64 * w / scale, n as f64 / w)).collect();
+            let mut pts: Vec<(f64, f64)> = merged
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (i as f64 * w / scale, n as f64 / w))
+                .collect();
             if let Some(&(x, y)) = pts.last() {
                 pts.push((x + w / scale, y));
             }
             pts
         };
-        let mut series = vec![Series::new(format!("offered: {} requests", self.requests), Mark::Backdrop, 6, rate(&self.offered_per_bucket))];
+        let mut series = vec![Series::new(
+            format!("offered: {} requests", self.requests),
+            Mark::Backdrop,
+            6,
+            rate(&self.offered_per_bucket),
+        )];
         for (i, p) in self.policies.iter().enumerate() {
             series.push(Series::new(
                 format!("{}: {} admitted", p.policy, p.admitted),
@@ -119,7 +152,10 @@ impl ReplayReport {
             ));
         }
         let mut panel = Panel::new(
-            format!("Admitted per second against offered (mean over {} s buckets)", crate::sim::plot::trim(w)),
+            format!(
+                "Admitted per second against offered (mean over {} s buckets)",
+                crate::sim::plot::trim(w)
+            ),
             &format!("time since the first request ({unit})"),
             "requests per second",
             Body::Xy(series),
@@ -150,14 +186,24 @@ impl ReplayReport {
         if !self.malformed_lines.is_empty() {
             html.push_str("<h2>Malformed lines</h2>\n<ul>\n");
             for m in &self.malformed_lines {
-                let _ = writeln!(html, "<li>line {}: {} <code>{}</code></li>", m.line, escape(&m.reason), escape(&m.text));
+                let _ = writeln!(
+                    html,
+                    "<li>line {}: {} <code>{}</code></li>",
+                    m.line,
+                    escape(&m.reason),
+                    escape(&m.text)
+                );
             }
             html.push_str("</ul>\n");
         }
         html.push_str(inline_svg(&svg));
         html.push_str("\n</body></html>\n");
         let mut written = Vec::new();
-        for (name, text) in [("replay.svg", &svg), ("replay.json", &json), ("replay.html", &html)] {
+        for (name, text) in [
+            ("replay.svg", &svg),
+            ("replay.json", &json),
+            ("replay.html", &html),
+        ] {
             let path = dir.join(name);
             std::fs::write(&path, text).map_err(|e| SimError::io(&path, e))?;
             written.push(path);

@@ -27,13 +27,20 @@ pub(crate) fn csv_record<'a>(fields: &[&'a [u8]]) -> Result<Record<'a>, &'static
 /// "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"`,
 /// keyed by `$remote_addr`, cost 1.
 pub(crate) fn nginx_line(line: &[u8]) -> Result<Record<'_>, &'static str> {
-    let space = line.iter().position(|&b| b == b' ').ok_or("no client address")?;
+    let space = line
+        .iter()
+        .position(|&b| b == b' ')
+        .ok_or("no client address")?;
     let addr = &line[..space];
     if addr.is_empty() {
         return Err("no client address");
     }
     let open = line.iter().position(|&b| b == b'[').ok_or("no [time]")?;
-    let close = open + line[open..].iter().position(|&b| b == b']').ok_or("no closing ] after the time")?;
+    let close = open
+        + line[open..]
+            .iter()
+            .position(|&b| b == b']')
+            .ok_or("no closing ] after the time")?;
     let after = &line[close + 1..];
     if !after.starts_with(b" \"") {
         return Err("no \"request\" after the time");
@@ -49,7 +56,10 @@ pub(crate) fn looks_like_nginx(line: &[u8]) -> bool {
 
 /// Whether a CSV first record is a header (`time,key,cost`) rather than data.
 pub(crate) fn is_header(fields: &[&[u8]]) -> bool {
-    fields.first().is_some_and(|f| trim(f).first().is_some_and(u8::is_ascii_alphabetic)) && parse_time(fields[0]).is_err()
+    fields
+        .first()
+        .is_some_and(|f| trim(f).first().is_some_and(u8::is_ascii_alphabetic))
+        && parse_time(fields[0]).is_err()
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -58,7 +68,8 @@ fn trim(b: &[u8]) -> &[u8] {
 
 fn parse_cost(b: &[u8]) -> Result<u32, &'static str> {
     let s = std::str::from_utf8(b).map_err(|_| "cost is not a number")?;
-    s.parse::<u32>().map_err(|_| "cost is not a whole number from 0 to 4294967295")
+    s.parse::<u32>()
+        .map_err(|_| "cost is not a whole number from 0 to 4294967295")
 }
 
 /// Seconds with an optional fraction (`1714557600.250`, `12.5`), or an RFC
@@ -75,16 +86,21 @@ pub(crate) fn parse_time(b: &[u8]) -> Result<u64, &'static str> {
         Some(i) => (&b[..i], &b[i + 1..]),
         None => (b, &b[..0]),
     };
-    if int.is_empty() || !int.iter().all(u8::is_ascii_digit) || !frac.iter().all(u8::is_ascii_digit) {
+    if int.is_empty() || !int.iter().all(u8::is_ascii_digit) || !frac.iter().all(u8::is_ascii_digit)
+    {
         return Err("time is not seconds (12.5) nor an RFC 3339 time");
     }
     let secs = digits(int).ok_or("time is too large")?;
     let nanos = fraction(frac);
-    secs.checked_mul(SEC).and_then(|s| s.checked_add(nanos)).ok_or("time is too large")
+    secs.checked_mul(SEC)
+        .and_then(|s| s.checked_add(nanos))
+        .ok_or("time is too large")
 }
 
 fn digits(b: &[u8]) -> Option<u64> {
-    b.iter().try_fold(0u64, |acc, &d| acc.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    b.iter().try_fold(0u64, |acc, &d| {
+        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 /// Up to nine fraction digits as nanoseconds; further digits are dropped.
@@ -120,16 +136,28 @@ fn days_from_civil(y: i64, m: u64, d: u64) -> i64 {
 }
 
 /// Nanoseconds since the epoch of a civil UTC time, minus an offset.
-fn epoch_nanos(y: u64, mo: u64, d: u64, h: u64, mi: u64, s: u64, nanos: u64, offset_secs: i64) -> Result<u64, &'static str> {
+fn epoch_nanos(
+    y: u64,
+    mo: u64,
+    d: u64,
+    h: u64,
+    mi: u64,
+    s: u64,
+    nanos: u64,
+    offset_secs: i64,
+) -> Result<u64, &'static str> {
     let days = days_from_civil(y as i64, mo, d);
     let secs = days * 86_400 + (h * 3600 + mi * 60 + s) as i64 - offset_secs;
     let secs = u64::try_from(secs).map_err(|_| "time before 1970")?;
-    secs.checked_mul(SEC).and_then(|v| v.checked_add(nanos)).ok_or("time is too large")
+    secs.checked_mul(SEC)
+        .and_then(|v| v.checked_add(nanos))
+        .ok_or("time is too large")
 }
 
 fn rfc3339(b: &[u8]) -> Result<u64, &'static str> {
     let sep = b[10];
-    if b[7] != b'-' || (sep != b'T' && sep != b't' && sep != b' ') || b[13] != b':' || b[16] != b':' {
+    if b[7] != b'-' || (sep != b'T' && sep != b't' && sep != b' ') || b[13] != b':' || b[16] != b':'
+    {
         return Err("malformed RFC 3339 time");
     }
     let y = num(&b[0..4], 1970, 9999)?;
@@ -150,7 +178,7 @@ fn rfc3339(b: &[u8]) -> Result<u64, &'static str> {
     }
     let offset = match rest {
         b"Z" | b"z" => 0,
-        [sign @ (b'+' | b'-'), hh @ .., ] if hh.len() == 5 && hh[2] == b':' => {
+        [sign @ (b'+' | b'-'), hh @ ..] if hh.len() == 5 && hh[2] == b':' => {
             let v = (num(&hh[0..2], 0, 23)? * 3600 + num(&hh[3..5], 0, 59)? * 60) as i64;
             if *sign == b'-' { -v } else { v }
         }
@@ -161,11 +189,25 @@ fn rfc3339(b: &[u8]) -> Result<u64, &'static str> {
 
 /// nginx's `$time_local`: `10/Oct/2000:13:55:36 -0700`.
 fn nginx_time(b: &[u8]) -> Result<u64, &'static str> {
-    if b.len() != 26 || b[2] != b'/' || b[6] != b'/' || b[11] != b':' || b[14] != b':' || b[17] != b':' || b[20] != b' ' {
+    if b.len() != 26
+        || b[2] != b'/'
+        || b[6] != b'/'
+        || b[11] != b':'
+        || b[14] != b':'
+        || b[17] != b':'
+        || b[20] != b' '
+    {
         return Err("time is not like 10/Oct/2000:13:55:36 -0700");
     }
-    const MONTHS: [&[u8; 3]; 12] = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
-    let mo = MONTHS.iter().position(|m| &b[3..6] == m.as_slice()).ok_or("unknown month")? as u64 + 1;
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    let mo = MONTHS
+        .iter()
+        .position(|m| &b[3..6] == m.as_slice())
+        .ok_or("unknown month")? as u64
+        + 1;
     let d = num(&b[0..2], 1, 31)?;
     let y = num(&b[7..11], 1970, 9999)?;
     let h = num(&b[12..14], 0, 23)?;
@@ -188,8 +230,14 @@ mod tests {
         assert_eq!(parse_time(b"12.5"), Ok(12 * SEC + SEC / 2));
         assert_eq!(parse_time(b" 3 "), Ok(3 * SEC));
         assert_eq!(parse_time(b"2000-10-10T20:55:36Z"), Ok(971_211_336 * SEC));
-        assert_eq!(parse_time(b"2000-10-10T13:55:36.5-07:00"), Ok(971_211_336 * SEC + SEC / 2));
-        assert_eq!(nginx_time(b"10/Oct/2000:13:55:36 -0700"), Ok(971_211_336 * SEC));
+        assert_eq!(
+            parse_time(b"2000-10-10T13:55:36.5-07:00"),
+            Ok(971_211_336 * SEC + SEC / 2)
+        );
+        assert_eq!(
+            nginx_time(b"10/Oct/2000:13:55:36 -0700"),
+            Ok(971_211_336 * SEC)
+        );
         assert!(parse_time(b"-1").is_err());
         assert!(parse_time(b"1e3").is_err());
         assert!(parse_time(b"99999999999999999999").is_err());
@@ -204,7 +252,10 @@ mod tests {
         assert_eq!(nginx_line(l), Ok((971_211_336 * SEC, &b"127.0.0.1"[..], 1)));
         assert!(nginx_line(b"garbage").is_err());
         assert!(nginx_line(b"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700]").is_err());
-        assert_eq!(csv_record(&[b"1.5", b"k", b"3"]), Ok((SEC + SEC / 2, &b"k"[..], 3)));
+        assert_eq!(
+            csv_record(&[b"1.5", b"k", b"3"]),
+            Ok((SEC + SEC / 2, &b"k"[..], 3))
+        );
         assert_eq!(csv_record(&[b"1", b"k"]), Ok((SEC, &b"k"[..], 1)));
         assert!(csv_record(&[b"1", b"k", b"-3"]).is_err());
         assert!(csv_record(&[b"1", b""]).is_err());

@@ -46,7 +46,11 @@ impl TopKeys {
 
     /// The `n` largest: (key, count, overcount), most denied first, ties by key.
     pub(crate) fn top(&self, n: usize) -> Vec<(String, u64, u64)> {
-        let mut all: Vec<_> = self.counts.iter().map(|(k, c)| (k.to_string(), c.0, c.1)).collect();
+        let mut all: Vec<_> = self
+            .counts
+            .iter()
+            .map(|(k, c)| (k.to_string(), c.0, c.1))
+            .collect();
         all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         all.truncate(n);
         all

@@ -98,14 +98,20 @@ pub fn boundary_burst() -> Result<Scenario<BoundaryBurst>, SimError> {
         "requests admitted",
         Body::Xy(series),
     );
-    over_time.vlines.push((3600.0, "window boundary at 01:00:00".into()));
+    over_time
+        .vlines
+        .push((3600.0, "window boundary at 01:00:00".into()));
     over_time.x_fmt = Some(clock_label);
     over_time.y_range = Some((0.0, 290.0));
     let mut worst = Panel::new(
         "Most admitted in any 60 s span",
         "algorithm",
         "requests in 60 s",
-        Body::Bars(rows.iter().map(|r| (short(r.algorithm).to_string(), r.max_in_60s as f64)).collect()),
+        Body::Bars(
+            rows.iter()
+                .map(|r| (short(r.algorithm).to_string(), r.max_in_60s as f64))
+                .collect(),
+        ),
     );
     worst.hlines.push((100.0, "limit: 100 per minute".into()));
     worst.legend = SeriesLabelPosition::UpperRight;
@@ -119,9 +125,21 @@ pub fn boundary_burst() -> Result<Scenario<BoundaryBurst>, SimError> {
         panel_height: 460,
     })?;
 
-    let mut table = vec![row(&[&"algorithm", &"policy", &"at 00:59:50", &"at 01:00:10", &"most in any 60 s"])];
+    let mut table = vec![row(&[
+        &"algorithm",
+        &"policy",
+        &"at 00:59:50",
+        &"at 01:00:10",
+        &"most in any 60 s",
+    ])];
     for r in &rows {
-        table.push(row(&[&r.algorithm.label(), &r.policy, &r.first_burst, &r.second_burst, &r.max_in_60s]));
+        table.push(row(&[
+            &r.algorithm.label(),
+            &r.policy,
+            &r.first_burst,
+            &r.second_burst,
+            &r.max_in_60s,
+        ]));
     }
     Ok(Scenario {
         id: "boundary_burst",

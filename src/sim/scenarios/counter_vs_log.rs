@@ -72,7 +72,8 @@ pub fn counter_vs_log(seed: u64) -> Result<Scenario<CounterVsLog>, SimError> {
     let clock = ManualClock::new();
     let (_, log) = single("log:100/m", &clock)?;
     let (_, counter) = single("counter:100/m", &clock)?;
-    let (mut log_adm, mut cnt_adm, mut counter_only, mut log_only) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut log_adm, mut cnt_adm, mut counter_only, mut log_only) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &t in &times {
         clock.set(t);
         let l = log.check_n("client", 1)?.is_allowed();
@@ -111,7 +112,10 @@ pub fn counter_vs_log(seed: u64) -> Result<Scenario<CounterVsLog>, SimError> {
         Body::Xy(vec![
             Series::new("offered", Mark::Line, 5, minutes(trailing_60s(&offered))),
             Series::new(
-                format!("sliding window counter (max {})", summary.counter_max_in_60s),
+                format!(
+                    "sliding window counter (max {})",
+                    summary.counter_max_in_60s
+                ),
                 Mark::Line,
                 1,
                 minutes(trailing_60s(&cnt_adm)),
@@ -124,7 +128,9 @@ pub fn counter_vs_log(seed: u64) -> Result<Scenario<CounterVsLog>, SimError> {
             ),
         ]),
     );
-    trailing.hlines.push((LIMIT as f64, "limit: 100 per minute".into()));
+    trailing
+        .hlines
+        .push((LIMIT as f64, "limit: 100 per minute".into()));
     trailing.x_range = Some((0.0, MINUTES as f64));
     trailing.legend = SeriesLabelPosition::UpperRight;
     let mut disagree = Panel::new(
@@ -149,7 +155,8 @@ pub fn counter_vs_log(seed: u64) -> Result<Scenario<CounterVsLog>, SimError> {
     disagree.x_range = Some((0.0, MINUTES as f64));
     disagree.legend = SeriesLabelPosition::UpperRight;
     let svg = render(&Figure {
-        title: "Sliding window counter against the exact log: 100/min, one bursty client, 1 hour".into(),
+        title: "Sliding window counter against the exact log: 100/min, one bursty client, 1 hour"
+            .into(),
         note: "Each algorithm runs on its own admitted history (rategate limiters, manual clock); \
                background 1 request/s plus bursts of 2-6/s."
             .into(),
@@ -159,7 +166,15 @@ pub fn counter_vs_log(seed: u64) -> Result<Scenario<CounterVsLog>, SimError> {
         panel_height: 380,
     })?;
     let table = vec![
-        row(&[&"requests", &"log admitted", &"counter admitted", &"counter only", &"log only", &"most in 60 s: log", &"most in 60 s: counter"]),
+        row(&[
+            &"requests",
+            &"log admitted",
+            &"counter admitted",
+            &"counter only",
+            &"log only",
+            &"most in 60 s: log",
+            &"most in 60 s: counter",
+        ]),
         row(&[
             &summary.requests,
             &summary.log_admitted,
@@ -211,7 +226,11 @@ fn per_minute(events: &[(u64, u64)]) -> Vec<(f64, f64)> {
             *c += n;
         }
     }
-    let mut pts: Vec<(f64, f64)> = counts.iter().enumerate().map(|(m, &c)| (m as f64, c as f64)).collect();
+    let mut pts: Vec<(f64, f64)> = counts
+        .iter()
+        .enumerate()
+        .map(|(m, &c)| (m as f64, c as f64))
+        .collect();
     pts.push((MINUTES as f64, counts.last().copied().unwrap_or(0) as f64));
     pts
 }

@@ -11,7 +11,7 @@ mod vendor;
 pub use boundary::{BoundaryBurst, BoundaryRow, boundary_burst};
 pub use counter_vs_log::{CounterVsLog, counter_vs_log};
 pub use servers::{ServerMode, ServerRow, ThreeServers, three_servers};
-pub use smoothing::{SmoothingRow, Smoothing, burst_vs_smoothing};
+pub use smoothing::{Smoothing, SmoothingRow, burst_vs_smoothing};
 pub use vendor::{GraphqlRow, QuotaRow, VendorQuotas, vendor_quotas};
 
 use super::SimError;
@@ -39,7 +39,8 @@ pub struct Scenario<T> {
 impl<T: serde::Serialize> Scenario<T> {
     /// The same scenario with its summary as JSON, to be listed with others.
     pub fn erase(self) -> Result<Scenario<serde_json::Value>, SimError> {
-        let summary = serde_json::to_value(&self.summary).map_err(|e| SimError::Json(e.to_string()))?;
+        let summary =
+            serde_json::to_value(&self.summary).map_err(|e| SimError::Json(e.to_string()))?;
         Ok(Scenario {
             id: self.id,
             title: self.title,

@@ -150,7 +150,8 @@ pub fn three_servers(seed: u64) -> Result<Scenario<ThreeServers>, SimError> {
         ),
     );
     bars.hlines.push((f64::from(LIMIT), "limit: 100/s".into()));
-    bars.hlines.push((3.0 * f64::from(LIMIT), "offered: 300/s".into()));
+    bars.hlines
+        .push((3.0 * f64::from(LIMIT), "offered: 300/s".into()));
     bars.y_range = Some((0.0, 380.0));
     bars.legend = SeriesLabelPosition::UpperRight;
     let mut window = Panel::new(
@@ -159,12 +160,15 @@ pub fn three_servers(seed: u64) -> Result<Scenario<ThreeServers>, SimError> {
         "admitted in the current window",
         Body::Xy(inside),
     );
-    window.hlines.push((f64::from(LIMIT), "limit: 100 per window".into()));
+    window
+        .hlines
+        .push((f64::from(LIMIT), "limit: 100 per window".into()));
     window.x_range = Some((0.0, 2.0));
     window.y_range = Some((0.0, 440.0));
     window.legend = SeriesLabelPosition::UpperLeft;
     let svg = render(&Figure {
-        title: "Three servers sharing 100 requests/s, each offered 100/s (3x the limit in all)".into(),
+        title: "Three servers sharing 100 requests/s, each offered 100/s (3x the limit in all)"
+            .into(),
         note: "The shared store is modelled in process with instant round trips (not Redis); \
                each server's own decisions run on a rategate fixed window."
             .into(),
@@ -173,10 +177,22 @@ pub fn three_servers(seed: u64) -> Result<Scenario<ThreeServers>, SimError> {
         width: 1400,
         panel_height: 520,
     })?;
-    let mut table = vec![row(&[&"mode", &"admitted", &"one limiter allows", &"overshoot", &"worst second"])];
+    let mut table = vec![row(&[
+        &"mode",
+        &"admitted",
+        &"one limiter allows",
+        &"overshoot",
+        &"worst second",
+    ])];
     for r in &rows {
         let over = (r.admitted as f64 / r.allowed as f64 - 1.0) * 100.0;
-        table.push(row(&[&r.mode.label(), &r.admitted, &r.allowed, &format!("{over:+.1}%"), &r.worst_window]));
+        table.push(row(&[
+            &r.mode.label(),
+            &r.admitted,
+            &r.allowed,
+            &format!("{over:+.1}%"),
+            &r.worst_window,
+        ]));
     }
     Ok(Scenario {
         id: "three_servers",
@@ -257,7 +273,10 @@ fn events(phases: &[u64], tick_offsets: &[f64], tick: Option<u64>) -> Vec<(u64, 
 }
 
 fn window_limiter(clock: &ManualClock) -> Result<RateLimiter<FixedWindow, ManualClock>, SimError> {
-    Ok(RateLimiter::with_clock(Quota::per_second(LIMIT)?, clock.clone())?)
+    Ok(RateLimiter::with_clock(
+        Quota::per_second(LIMIT)?,
+        clock.clone(),
+    )?)
 }
 
 /// One synced server: its limiter and what it has exchanged per window.
@@ -279,16 +298,26 @@ struct LeasingServer {
 }
 
 /// The admission times of every server, in time order.
-fn run_mode(mode: ServerMode, phases: &[u64], tick_offsets: &[f64]) -> Result<Vec<(u64, u64)>, SimError> {
+fn run_mode(
+    mode: ServerMode,
+    phases: &[u64],
+    tick_offsets: &[f64],
+) -> Result<Vec<(u64, u64)>, SimError> {
     let clock = ManualClock::new();
     let mut admitted = Vec::new();
     match mode {
         ServerMode::LocalOnly | ServerMode::Central => {
             let shared = window_limiter(&clock)?;
-            let locals = (0..SERVERS).map(|_| window_limiter(&clock)).collect::<Result<Vec<_>, _>>()?;
+            let locals = (0..SERVERS)
+                .map(|_| window_limiter(&clock))
+                .collect::<Result<Vec<_>, _>>()?;
             for (t, _, s) in events(phases, tick_offsets, None) {
                 clock.set(t);
-                let limiter = if mode == ServerMode::Central { &shared } else { &locals[s] };
+                let limiter = if mode == ServerMode::Central {
+                    &shared
+                } else {
+                    &locals[s]
+                };
                 if limiter.check().is_allowed() {
                     admitted.push((t, 1));
                 }

@@ -87,7 +87,10 @@ pub fn burst_vs_smoothing() -> Result<Scenario<Smoothing>, SimError> {
         departures.sort_unstable();
         let admitted = departures.len() as u64;
         series.push(Series::new(
-            format!("{policy}: {admitted} admitted, longest wait {} s", trim(max_delay as f64 / SEC as f64)),
+            format!(
+                "{policy}: {admitted} admitted, longest wait {} s",
+                trim(max_delay as f64 / SEC as f64)
+            ),
             Mark::Step,
             i,
             cumulative(&departures),
@@ -130,7 +133,14 @@ pub fn burst_vs_smoothing() -> Result<Scenario<Smoothing>, SimError> {
         &"first burst: left at once",
     ])];
     for r in &rows {
-        table.push(row(&[&r.policy, &r.admitted, &r.denied, &r.delayed, &r.max_delay_ms, &r.first_burst_at_once]));
+        table.push(row(&[
+            &r.policy,
+            &r.admitted,
+            &r.denied,
+            &r.delayed,
+            &r.max_delay_ms,
+            &r.first_burst_at_once,
+        ]));
     }
     Ok(Scenario {
         id: "burst_vs_smoothing",

@@ -55,7 +55,10 @@ pub struct VendorQuotas {
 impl VendorQuotas {
     /// A Stripe or GitHub row by name.
     pub fn row(&self, name: &str) -> Option<&QuotaRow> {
-        self.stripe.iter().chain(&self.github).find(|r| r.name == name)
+        self.stripe
+            .iter()
+            .chain(&self.github)
+            .find(|r| r.name == name)
     }
 }
 
@@ -115,7 +118,12 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
         // Test-mode reads and writes share one limit and both exceed it, so
         // their lines coincide after the first second: dash one.
         let mark = if i == 3 { Mark::DashedStep } else { Mark::Step };
-        stripe_series.push(Series::new(format!("{name} ({}/s): {}", quota.limit(), r.admitted), mark, i, pts));
+        stripe_series.push(Series::new(
+            format!("{name} ({}/s): {}", quota.limit(), r.admitted),
+            mark,
+            i,
+            pts,
+        ));
         stripe.push(r);
     }
     let mut stripe_panel = Panel::new(
@@ -132,8 +140,14 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
     let mut github = Vec::new();
     let mut github_panels = Vec::new();
     let specs = [
-        ("GitHub REST, signed in", presets::github_rest_authenticated()),
-        ("GitHub REST, anonymous", presets::github_rest_unauthenticated()),
+        (
+            "GitHub REST, signed in",
+            presets::github_rest_authenticated(),
+        ),
+        (
+            "GitHub REST, anonymous",
+            presets::github_rest_unauthenticated(),
+        ),
     ];
     for (i, (name, quota)) in specs.into_iter().enumerate() {
         let (r, admitted) = run::<FixedWindow>(name, "fixed", quota, &client)?;
@@ -142,7 +156,12 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
             "time (hours)",
             "requests admitted (cumulative)",
             Body::Xy(vec![
-                Series::new(format!("admitted: {}", r.admitted), Mark::Line, 2 + i, cumulative_hours(&admitted)),
+                Series::new(
+                    format!("admitted: {}", r.admitted),
+                    Mark::Line,
+                    2 + i,
+                    cumulative_hours(&admitted),
+                ),
                 Series::new(
                     format!("offered: {}", r.offered),
                     Mark::Dashed,
@@ -172,7 +191,8 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
     let quota = presets::github_graphql_points();
     let clock = ManualClock::new();
     let points = RateLimiter::<FixedWindow, _>::with_clock(quota, clock.clone())?;
-    let (mut offered, mut admitted_q, mut admitted_pts, mut queries) = (0u64, 0u64, Vec::new(), 0u64);
+    let (mut offered, mut admitted_q, mut admitted_pts, mut queries) =
+        (0u64, 0u64, Vec::new(), 0u64);
     let mut offered_pts = Vec::new();
     let mut t = 0;
     while t < GITHUB_HOURS * 3600 * SEC {
@@ -201,12 +221,27 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
         "time (hours)",
         "points (cumulative)",
         Body::Xy(vec![
-            Series::new(format!("points admitted: {}", graphql.points_admitted), Mark::Line, 3, cumulative_hours(&admitted_pts)),
-            Series::new(format!("points asked: {}", graphql.points_offered), Mark::Dashed, 6, cumulative_hours(&offered_pts)),
+            Series::new(
+                format!("points admitted: {}", graphql.points_admitted),
+                Mark::Line,
+                3,
+                cumulative_hours(&admitted_pts),
+            ),
+            Series::new(
+                format!("points asked: {}", graphql.points_offered),
+                Mark::Dashed,
+                6,
+                cumulative_hours(&offered_pts),
+            ),
         ]),
     );
     if let Body::Xy(series) = &mut gql_panel.body {
-        series.push(Series::new("allowed: 5,000 points per hourly window", Mark::Dashed, 0, allowance(5000, GITHUB_HOURS)));
+        series.push(Series::new(
+            "allowed: 5,000 points per hourly window",
+            Mark::Dashed,
+            0,
+            allowance(5000, GITHUB_HOURS),
+        ));
     }
     gql_panel.x_range = Some((0.0, GITHUB_HOURS as f64));
     gql_panel.legend = SeriesLabelPosition::UpperLeft;
@@ -224,9 +259,21 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
         width: 1300,
         panel_height: 430,
     })?;
-    let mut table = vec![row(&[&"limit", &"policy", &"offered", &"admitted", &"most in one period"])];
+    let mut table = vec![row(&[
+        &"limit",
+        &"policy",
+        &"offered",
+        &"admitted",
+        &"most in one period",
+    ])];
     for r in stripe.iter().chain(&github) {
-        table.push(row(&[&r.name, &r.policy, &r.offered, &r.admitted, &r.max_in_period]));
+        table.push(row(&[
+            &r.name,
+            &r.policy,
+            &r.offered,
+            &r.admitted,
+            &r.max_in_period,
+        ]));
     }
     table.push(row(&[
         &"GitHub GraphQL (points)",
@@ -244,14 +291,22 @@ pub fn vendor_quotas(seed: u64) -> Result<Scenario<VendorQuotas>, SimError> {
                 2 requests a second for 3 hours; GitHub GraphQL's 5,000 points an hour under \
                 queries of 1 to 50 points."
             .into(),
-        summary: VendorQuotas { stripe, github, graphql },
+        summary: VendorQuotas {
+            stripe,
+            github,
+            graphql,
+        },
         table,
         svg,
     })
 }
 
 fn steps_per_second(counts: &[u64]) -> Vec<(f64, f64)> {
-    let mut pts: Vec<(f64, f64)> = counts.iter().enumerate().map(|(s, &n)| (s as f64, n as f64)).collect();
+    let mut pts: Vec<(f64, f64)> = counts
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| (s as f64, n as f64))
+        .collect();
     if let Some(&(x, n)) = pts.last() {
         pts.push((x + 1.0, n));
     }
