@@ -137,12 +137,8 @@ fn days_from_civil(y: i64, m: u64, d: u64) -> i64 {
 
 /// Nanoseconds since the epoch of a civil UTC time, minus an offset.
 fn epoch_nanos(
-    y: u64,
-    mo: u64,
-    d: u64,
-    h: u64,
-    mi: u64,
-    s: u64,
+    (y, mo, d): (u64, u64, u64),
+    (h, mi, s): (u64, u64, u64),
     nanos: u64,
     offset_secs: i64,
 ) -> Result<u64, &'static str> {
@@ -184,7 +180,7 @@ fn rfc3339(b: &[u8]) -> Result<u64, &'static str> {
         }
         _ => return Err("RFC 3339 time needs Z or an offset such as +02:00"),
     };
-    epoch_nanos(y, mo, d, h, mi, s, nanos, offset)
+    epoch_nanos((y, mo, d), (h, mi, s), nanos, offset)
 }
 
 /// nginx's `$time_local`: `10/Oct/2000:13:55:36 -0700`.
@@ -218,7 +214,12 @@ fn nginx_time(b: &[u8]) -> Result<u64, &'static str> {
         return Err("time zone is not like -0700");
     }
     let off = (num(&b[22..24], 0, 23)? * 3600 + num(&b[24..26], 0, 59)? * 60) as i64;
-    epoch_nanos(y, mo, d, h, mi, s, 0, if sign == b'-' { -off } else { off })
+    epoch_nanos(
+        (y, mo, d),
+        (h, mi, s),
+        0,
+        if sign == b'-' { -off } else { off },
+    )
 }
 
 #[cfg(test)]

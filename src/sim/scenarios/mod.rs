@@ -1,5 +1,5 @@
 //! The classic scenarios, each run through the real limiters on a
-//! [`ManualClock`](crate::ManualClock) and returned with its headline
+//! [`ManualClock`] and returned with its headline
 //! numbers (typed, for tests and `summary.json`), a table and an SVG.
 
 mod boundary;
