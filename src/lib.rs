@@ -34,6 +34,9 @@
 //!   Lua call per decision, single node or Cluster, store-down policies),
 //!   `SyncedLimiter` (local decisions synced in batches) and
 //!   `LeasedLimiter` (local decisions on slices of a hard global quota).
+//! * With feature `sim`, the `sim` module and the `rategate-sim` binary:
+//!   the classic scenarios drawn as SVG, and a user's access log replayed
+//!   under several policies.
 //!
 //! # Example
 //!
@@ -66,6 +69,8 @@ pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod sync;
 mod wait;
 

@@ -1,0 +1,240 @@
+//! Replay: both formats, malformed lines, bounded memory, and the shipped
+//! sample log.
+
+#![cfg(feature = "sim")]
+
+use rategate::sim::replay::{LogFormat, ReplayOptions, ReplayReport, replay, replay_file};
+use rategate::sim::{Policy, SplitMix64, sample};
+use std::path::Path;
+
+fn policies(list: &[&str]) -> Vec<Policy> {
+    list.iter().map(|p| p.parse().unwrap()).collect()
+}
+
+fn run(text: &str, list: &[&str]) -> ReplayReport {
+    replay(text.as_bytes(), None, &ReplayOptions::new(policies(list))).unwrap()
+}
+
+const NGINX: &str = r#"10.0.0.1 - - [01/May/2024:10:00:00 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+10.0.0.1 - - [01/May/2024:10:00:00 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+this line is not an access log line
+10.0.0.1 - - [01/May/2024:10:00:01 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+
+10.0.0.2 - - [01/May/2024:10:00:01 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+10.0.0.1 - - [31/Foo/2024:10:00:01 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+10.0.0.1 - - [01/May/2024:10:00:02 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+10.0.0.1 - - [01/May/2024:10:01:00 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8"
+"#;
+
+#[test]
+fn nginx_log_with_malformed_lines() {
+    let r = run(NGINX, &["fixed:3/m", "token:1/s burst=1"]);
+    assert_eq!(r.format, LogFormat::Nginx);
+    assert_eq!((r.lines, r.requests, r.malformed), (9, 6, 2));
+    let lines: Vec<(u64, &str)> = r
+        .malformed_lines
+        .iter()
+        .map(|m| (m.line, m.reason.as_str()))
+        .collect();
+    assert_eq!(lines, vec![(3, "no [time]"), (7, "unknown month")]);
+    assert_eq!(r.first_time, 1_714_557_600.0);
+    assert_eq!(r.last_time, 1_714_557_660.0);
+    // fixed 3 per minute per client: 10.0.0.1 sends 4 in the first minute
+    // (one denied) and 1 in the next; 10.0.0.2 sends 1.
+    let fixed = &r.policies[0];
+    assert_eq!(fixed.policy, "fixed:3/1m");
+    assert_eq!((fixed.requests, fixed.admitted, fixed.denied), (6, 5, 1));
+    assert_eq!(fixed.top_denied[0].key, "10.0.0.1");
+    assert_eq!(
+        (fixed.top_denied[0].denied, fixed.top_denied[0].overcount),
+        (1, 0)
+    );
+    // token 1/s, burst 1: 10.0.0.1 at 0 s, 0 s, 1 s, 2 s, 60 s: one denied.
+    let token = &r.policies[1];
+    assert_eq!((token.admitted, token.denied), (5, 1));
+    // The series: one bucket per second over 61 s, summing to the totals.
+    assert_eq!(r.bucket_secs, 1.0);
+    assert_eq!(r.offered_per_bucket.len(), 61);
+    assert_eq!(r.offered_per_bucket.iter().sum::<u64>(), 6);
+    assert_eq!(fixed.admitted_per_bucket.iter().sum::<u64>(), 5);
+    assert!(r.text().contains("line 3: no [time]"));
+}
+
+#[test]
+fn csv_with_header_costs_and_malformed_lines() {
+    let csv = "time,key,cost\n\
+               0,alice,2\n\
+               0.5,alice,2\n\
+               1,bob\n\
+               2024-05-01T10:00:00Z,carol,1\n\
+               x,alice,1\n\
+               1,alice,-1\n\
+               1,alice,1,extra\n\
+               1,,1\n\
+               1.5,alice,50\n\
+               \"2\",\"alice, the second\",1\n";
+    let r = run(csv, &["token:4/s"]);
+    assert_eq!(r.format, LogFormat::Csv);
+    assert_eq!((r.requests, r.malformed), (6, 4));
+    let lines: Vec<u64> = r.malformed_lines.iter().map(|m| m.line).collect();
+    assert_eq!(lines, vec![6, 7, 8, 9]);
+    let p = &r.policies[0];
+    // alice: 2 + 2 at 0 s and 0.5 s (4 tokens, 2 refilled by 0.5 s: both
+    // pass), cost 50 can never pass under a capacity of 4.
+    assert_eq!((p.admitted, p.denied, p.never_pass), (5, 1, 1));
+    assert_eq!((p.cost_admitted, p.cost_denied), (2 + 2 + 1 + 1 + 1, 50));
+    assert_eq!(p.top_denied[0].key, "alice");
+    // A quoted key with a comma is one key.
+    assert_eq!(p.requests, 6);
+}
+
+#[test]
+fn format_can_be_forced_and_wrong_formats_are_malformed_not_panics() {
+    let mut opts = ReplayOptions::new(policies(&["fixed:1/s"]));
+    opts.format = Some(LogFormat::Csv);
+    let r = replay(NGINX.as_bytes(), None, &opts).unwrap();
+    assert_eq!(r.requests, 0);
+    assert_eq!(r.malformed, 8);
+    // Bytes that are not text, long lines, lone quotes: counted, no panic.
+    let mut rng = SplitMix64::new(7);
+    let mut junk = Vec::new();
+    for _ in 0..2000 {
+        let len = rng.below(300);
+        for _ in 0..len {
+            junk.push(rng.below(256) as u8);
+        }
+        junk.push(b'\n');
+    }
+    for format in [LogFormat::Csv, LogFormat::Nginx] {
+        opts.format = Some(format);
+        let r = replay(&junk[..], None, &opts).unwrap();
+        assert!(
+            r.malformed > 0 && r.malformed_lines.len() == 20,
+            "{format:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_policies_are_typed_errors() {
+    for bad in [
+        "",
+        "quick:10/s",
+        "leaky:10r/s burst=20 delay=x",
+        "token:0/s",
+        "counter:2000000/m",
+        "leaky:1/2000s",
+    ] {
+        let e = bad.parse::<Policy>().unwrap_err();
+        assert!(!e.to_string().is_empty(), "{bad}");
+    }
+    let e = replay(&b""[..], None, &ReplayOptions::new(vec![])).unwrap_err();
+    assert!(e.to_string().contains("no policy"));
+    assert!(
+        replay_file(
+            Path::new("/no/such/file.log"),
+            &ReplayOptions::new(policies(&["5000/h"]))
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn long_spans_widen_the_buckets_and_the_key_cap_holds() {
+    // 3 hours, one request every 2 s from 200 rotating keys.
+    let mut csv = String::new();
+    for i in 0..5400u64 {
+        csv.push_str(&format!("{},k{},1\n", i * 2, i % 200));
+    }
+    let mut opts = ReplayOptions::new(policies(&["log:1/h"]));
+    opts.max_keys = 10;
+    let r = replay(csv.as_bytes(), None, &opts).unwrap();
+    assert!(
+        r.bucket_secs >= 8.0 && r.offered_per_bucket.len() <= 2048,
+        "{}",
+        r.bucket_secs
+    );
+    assert_eq!(r.offered_per_bucket.iter().sum::<u64>(), 5400);
+    let p = &r.policies[0];
+    assert!(p.keys_at_end <= 10);
+    assert!(p.overflowed > 0);
+    assert_eq!(p.admitted_per_bucket.iter().sum::<u64>(), p.admitted);
+}
+
+#[test]
+fn shipped_samples_are_the_generators_output_and_replay_cleanly() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sim");
+    let mut nginx = Vec::new();
+    sample::write_nginx_log(&mut nginx, 3000, 0x5EED_2024).unwrap();
+    assert_eq!(
+        std::fs::read(root.join("sample-access.log")).unwrap(),
+        nginx
+    );
+    let mut csv = Vec::new();
+    sample::write_csv_log(&mut csv, 2000, 0x5EED_2024).unwrap();
+    assert_eq!(
+        std::fs::read(root.join("sample-requests.csv")).unwrap(),
+        csv
+    );
+
+    let opts = ReplayOptions::new(policies(&["leaky:10r/s burst=20 nodelay", "fixed:300/m"]));
+    let r = replay_file(&root.join("sample-access.log"), &opts).unwrap();
+    assert_eq!((r.requests, r.malformed), (3000, 0));
+    // The crawler (12/s) is the one a 10r/s limit stops.
+    assert_eq!(r.policies[0].top_denied[0].key, "203.0.113.7");
+    let svg = r.svg().unwrap();
+    assert!(svg.contains("leaky:10/1s burst=20 nodelay"));
+}
+
+/// 10 million nginx lines through two policies, in bounded memory. Slow
+/// (about a minute in release); run with
+/// `cargo test --release --features sim --test sim_replay -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn ten_million_lines_stream_in_bounded_memory() {
+    let dir = std::env::temp_dir().join(format!("rategate-10m-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let bin = env!("CARGO_BIN_EXE_rategate-sim");
+    let ok = std::process::Command::new(bin)
+        .args(["sample-log", "--lines", "10000000", "--out"])
+        .arg(&log)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let size = std::fs::metadata(&log).unwrap().len();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(bin)
+        .args([
+            "replay",
+            "--quiet",
+            "-p",
+            "leaky:10r/s burst=20 nodelay",
+            "-p",
+            "fixed:300/m",
+            "--out",
+        ])
+        .arg(&dir)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("replay.json")).unwrap()).unwrap();
+    let rss = report["peak_rss_bytes"].as_u64().unwrap();
+    println!(
+        "10M lines, {:.0} MiB of log: replayed in {:.1} s, peak RSS {:.1} MiB",
+        size as f64 / 1048576.0,
+        started.elapsed().as_secs_f64(),
+        rss as f64 / 1048576.0
+    );
+    assert_eq!(report["requests"], 10_000_000);
+    assert_eq!(report["malformed"], 0);
+    // Far below the log's size: nothing grows with the line count.
+    assert!(rss < 64 << 20, "peak RSS {rss}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
