@@ -8,19 +8,25 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 pin_project! {
-    /// The inner service's body `B`, or a complete body the layer wrote.
-    #[project = ResponseBodyProj]
+    /// The inner service's body `B`, or a complete body the layer wrote (a
+    /// 429, a missing key).
     #[derive(Debug)]
-    pub enum ResponseBody<B> {
-        /// The inner service answered.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    #[derive(Debug)]
+    enum Kind<B> {
         Inner {
-            /// The service's body.
             #[pin]
             body: B,
         },
-        /// The layer answered (a 429, or no key).
         Full {
-            /// What is left to send: all of it, then nothing.
+            // All of it, then nothing.
             data: Option<Bytes>,
         },
     }
@@ -28,13 +34,22 @@ pin_project! {
 
 impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
-        ResponseBody::Inner { body }
+        ResponseBody {
+            kind: Kind::Inner { body },
+        }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
-        ResponseBody::Full {
-            data: (!data.is_empty()).then_some(data),
+        ResponseBody {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
         }
+    }
+
+    /// Whether the layer wrote this body (the service was not called).
+    pub fn is_from_layer(&self) -> bool {
+        matches!(self.kind, Kind::Full { .. })
     }
 }
 
@@ -46,25 +61,23 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project() {
-            ResponseBodyProj::Inner { body } => body.poll_frame(cx),
-            ResponseBodyProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            ResponseBody::Inner { body } => body.is_end_stream(),
-            ResponseBody::Full { data } => data.is_none(),
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            ResponseBody::Inner { body } => body.size_hint(),
-            ResponseBody::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
         }
     }
 }
