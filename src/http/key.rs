@@ -203,15 +203,22 @@ impl KeyExtractor {
     }
 }
 
-/// The connection's peer address: axum's `ConnectInfo<SocketAddr>` (also
-/// what `MockConnectInfo` inserts), or a plain `SocketAddr` extension.
+/// The connection's peer address: with feature `axum`, axum's
+/// `ConnectInfo<SocketAddr>`, else its `MockConnectInfo<SocketAddr>` (as
+/// axum's own extractor falls back to it in tests); else a plain
+/// `SocketAddr` extension (what a hyper server inserts itself).
 pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
     #[cfg(feature = "axum")]
-    if let Some(axum::extract::ConnectInfo(addr)) = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
     {
-        return Some(*addr);
+        use axum::extract::ConnectInfo;
+        use axum::extract::connect_info::MockConnectInfo;
+        if let Some(ConnectInfo(addr)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+            return Some(*addr);
+        }
+        if let Some(MockConnectInfo(addr)) = parts.extensions.get::<MockConnectInfo<SocketAddr>>()
+        {
+            return Some(*addr);
+        }
     }
     parts.extensions.get::<SocketAddr>().copied()
 }
