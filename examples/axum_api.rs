@@ -106,7 +106,9 @@ impl Limiters {
                 Tier::new("signed-in", KeyExtractor::bearer_token())
                     .rule(Rule::new("hourly", self.token_hourly.clone()).when(rest()))
                     .rule(Rule::new("read", self.reads.clone()).when(rest().and(Matcher::reads())))
-                    .rule(Rule::new("write", self.writes.clone()).when(rest().and(Matcher::writes())))
+                    .rule(
+                        Rule::new("write", self.writes.clone()).when(rest().and(Matcher::writes())),
+                    )
                     .rule(
                         Rule::new("graphql", self.token_points.clone())
                             .when(graphql())
@@ -135,7 +137,10 @@ pub fn app(layer: Option<RateLimitLayer>) -> Router {
             get(|| async { "{\"object\":\"list\",\"data\":[]}\n" })
                 .post(|| async { "{\"id\":\"ch_1\",\"object\":\"charge\"}\n" }),
         )
-        .route("/graphql", get(|| async { "{\"data\":{\"viewer\":{\"login\":\"octocat\"}}}\n" }));
+        .route(
+            "/graphql",
+            get(|| async { "{\"data\":{\"viewer\":{\"login\":\"octocat\"}}}\n" }),
+        );
     match layer {
         Some(layer) => router.layer(layer),
         None => router,

@@ -190,7 +190,9 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 /// a service that answers at once, against the same service bare.
 fn in_process(limiters: &Limiters) {
     use tower::{Layer, Service, ServiceExt};
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let inner = tower::service_fn(|_r: Request<()>| async {
         Ok::<_, std::convert::Infallible>(http::Response::new(Empty::<Bytes>::new()))
     });

@@ -186,7 +186,9 @@ impl Decision {
     ///
     /// [`http::HeaderName::from_static`]: https://docs.rs/http/1/http/header/struct.HeaderName.html#method.from_static
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        use crate::http::{RETRY_AFTER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
+        use crate::http::{
+            RETRY_AFTER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+        };
         let mut headers = vec![
             (X_RATELIMIT_LIMIT, self.limit.to_string()),
             (X_RATELIMIT_REMAINING, self.remaining.to_string()),

@@ -23,7 +23,9 @@ fn limiter(quota: &str) -> Arc<Keyed> {
 
 fn app(client_ip: ClientIp, limiter: Arc<Keyed>) -> Router {
     let layer = RateLimitLayer::new(KeyExtractor::client_ip(client_ip), Rule::new("ip", limiter));
-    Router::new().route("/", get(|| async { "ok" })).layer(layer)
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
 }
 
 async fn status(client: &mut Client, headers: &[(&str, &str)]) -> u16 {
@@ -37,9 +39,18 @@ async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
     let client_ip = ClientIp::new().trust_proxies(["10.0.0.0/8"]).unwrap();
     let mut client = Client::connect(serve(app(client_ip, limits.clone())).await).await;
     // A client rotating its own X-Forwarded-For still counts as 127.0.0.1.
-    assert_eq!(status(&mut client, &[("x-forwarded-for", "1.1.1.1")]).await, 200);
-    assert_eq!(status(&mut client, &[("x-forwarded-for", "2.2.2.2")]).await, 200);
-    assert_eq!(status(&mut client, &[("x-forwarded-for", "3.3.3.3")]).await, 429);
+    assert_eq!(
+        status(&mut client, &[("x-forwarded-for", "1.1.1.1")]).await,
+        200
+    );
+    assert_eq!(
+        status(&mut client, &[("x-forwarded-for", "2.2.2.2")]).await,
+        200
+    );
+    assert_eq!(
+        status(&mut client, &[("x-forwarded-for", "3.3.3.3")]).await,
+        429
+    );
     assert_eq!(limits.len(), 1);
     assert_eq!(limits.peek_n("127.0.0.1", 0).unwrap().remaining(), 0);
 }
@@ -47,7 +58,9 @@ async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
 #[tokio::test]
 async fn forwarded_for_from_a_trusted_proxy_is_honoured() {
     let limits = limiter("2/h");
-    let client_ip = ClientIp::new().trust_proxies(["127.0.0.1/32", "10.0.0.0/8"]).unwrap();
+    let client_ip = ClientIp::new()
+        .trust_proxies(["127.0.0.1/32", "10.0.0.0/8"])
+        .unwrap();
     let mut proxy = Client::connect(serve(app(client_ip, limits.clone())).await).await;
     let from = |xff: &'static str| [("x-forwarded-for", xff)];
     assert_eq!(status(&mut proxy, &from("203.0.113.1")).await, 200);
@@ -60,11 +73,18 @@ async fn forwarded_for_from_a_trusted_proxy_is_honoured() {
     // forged left part.
     assert_eq!(status(&mut proxy, &from("6.6.6.6, 203.0.113.1")).await, 429);
     // Trusted hops between are skipped.
-    assert_eq!(status(&mut proxy, &from("6.6.6.6, 203.0.113.1, 10.1.2.3")).await, 429);
+    assert_eq!(
+        status(&mut proxy, &from("6.6.6.6, 203.0.113.1, 10.1.2.3")).await,
+        429
+    );
     // A hop the proxies could not name: their own address is the key.
     assert_eq!(status(&mut proxy, &from("6.6.6.6, unknown")).await, 200);
     assert_eq!(limits.peek_n("127.0.0.1", 0).unwrap().remaining(), 1);
-    assert_eq!(limits.peek_n("6.6.6.6", 0).unwrap().remaining(), 2, "the forged hop is never charged");
+    assert_eq!(
+        limits.peek_n("6.6.6.6", 0).unwrap().remaining(),
+        2,
+        "the forged hop is never charged"
+    );
 }
 
 #[tokio::test]
@@ -75,12 +95,18 @@ async fn forwarded_and_x_real_ip_when_configured() {
         .unwrap()
         .header(ForwardedHeader::Forwarded);
     let mut proxy = Client::connect(serve(app(client_ip, limits.clone())).await).await;
-    let fwd = [("forwarded", r#"for=198.51.100.1, for="[2001:db8::9]:4711";proto=https"#)];
+    let fwd = [(
+        "forwarded",
+        r#"for=198.51.100.1, for="[2001:db8::9]:4711";proto=https"#,
+    )];
     assert_eq!(status(&mut proxy, &fwd).await, 200);
     assert_eq!(status(&mut proxy, &fwd).await, 429);
     assert_eq!(limits.peek_n("2001:db8::/64", 0).unwrap().remaining(), 0);
     // Only the configured header: X-Forwarded-For is ignored here.
-    assert_eq!(status(&mut proxy, &[("x-forwarded-for", "192.0.2.1")]).await, 200);
+    assert_eq!(
+        status(&mut proxy, &[("x-forwarded-for", "192.0.2.1")]).await,
+        200
+    );
     assert_eq!(limits.peek_n("127.0.0.1", 0).unwrap().remaining(), 0);
 
     let limits = limiter("1/h");
@@ -93,7 +119,10 @@ async fn forwarded_and_x_real_ip_when_configured() {
     assert_eq!(status(&mut proxy, &[("x-real-ip", "192.0.2.7")]).await, 429);
     assert_eq!(status(&mut proxy, &[("x-real-ip", "192.0.2.8")]).await, 200);
     // Garbage from the proxy: the proxy's own address.
-    assert_eq!(status(&mut proxy, &[("x-real-ip", "not an address")]).await, 200);
+    assert_eq!(
+        status(&mut proxy, &[("x-real-ip", "not an address")]).await,
+        200
+    );
     assert_eq!(limits.peek_n("127.0.0.1", 0).unwrap().remaining(), 0);
 }
 
@@ -105,15 +134,24 @@ async fn ipv6_clients_are_grouped_by_prefix() {
     let from = |xff: &'static str| [("x-forwarded-for", xff)];
     // Two addresses of one /64 share a budget.
     assert_eq!(status(&mut proxy, &from("2001:db8:1:2::1")).await, 200);
-    assert_eq!(status(&mut proxy, &from("2001:db8:1:2:ffff:ffff:ffff:ffff")).await, 200);
+    assert_eq!(
+        status(&mut proxy, &from("2001:db8:1:2:ffff:ffff:ffff:ffff")).await,
+        200
+    );
     assert_eq!(status(&mut proxy, &from("2001:db8:1:2::abcd")).await, 429);
     // The next /64 is another client.
     assert_eq!(status(&mut proxy, &from("2001:db8:1:3::1")).await, 200);
-    assert_eq!(limits.peek_n("2001:db8:1:2::/64", 0).unwrap().remaining(), 0);
+    assert_eq!(
+        limits.peek_n("2001:db8:1:2::/64", 0).unwrap().remaining(),
+        0
+    );
 
     // A shorter prefix groups more.
     let limits = limiter("2/h");
-    let client_ip = ClientIp::new().trust_proxies(["127.0.0.1"]).unwrap().ipv6_prefix(48);
+    let client_ip = ClientIp::new()
+        .trust_proxies(["127.0.0.1"])
+        .unwrap()
+        .ipv6_prefix(48);
     let mut proxy = Client::connect(serve(app(client_ip, limits.clone())).await).await;
     assert_eq!(status(&mut proxy, &from("2001:db8:1:2::1")).await, 200);
     assert_eq!(status(&mut proxy, &from("2001:db8:1:3::1")).await, 200);
@@ -158,13 +196,18 @@ async fn api_keys_from_a_header_with_an_ip_fallback() {
     let by_ip = limiter("1/h");
     let layer = RateLimitLayer::builder()
         .tier(
-            Tier::new("api-key", KeyExtractor::header(http::HeaderName::from_static("x-api-key")).max_len(16))
-                .rule(Rule::new("key", by_key.clone())),
+            Tier::new(
+                "api-key",
+                KeyExtractor::header(http::HeaderName::from_static("x-api-key")).max_len(16),
+            )
+            .rule(Rule::new("key", by_key.clone())),
         )
         .tier(Tier::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("ip", by_ip.clone())))
         .build()
         .unwrap();
-    let router = Router::new().route("/", get(|| async { "ok" })).layer(layer);
+    let router = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
     let mut client = Client::connect(serve(router).await).await;
     assert_eq!(status(&mut client, &[("x-api-key", "k-1")]).await, 200);
     assert_eq!(status(&mut client, &[("x-api-key", "k-1")]).await, 200);

@@ -82,9 +82,18 @@ async fn headers_on_allowed_and_denied_responses() {
     assert_eq!(denied.num("x-ratelimit-limit"), 3);
     assert_eq!(denied.num("x-ratelimit-remaining"), 0);
     assert_eq!(denied.num("x-ratelimit-used"), 3);
-    assert!(denied.header("ratelimit").unwrap().starts_with(r#""per-ip";r=0;t="#));
+    assert!(
+        denied
+            .header("ratelimit")
+            .unwrap()
+            .starts_with(r#""per-ip";r=0;t="#)
+    );
     assert!(denied.body.contains(r#""status":429"#), "{}", denied.body);
-    assert!(denied.body.contains(r#""policy":"per-ip""#), "{}", denied.body);
+    assert!(
+        denied.body.contains(r#""policy":"per-ip""#),
+        "{}",
+        denied.body
+    );
     assert!(
         denied.body.contains(&format!(r#""retry_after":{retry}"#)),
         "{}",
@@ -95,7 +104,10 @@ async fn headers_on_allowed_and_denied_responses() {
 #[tokio::test]
 async fn reset_as_seconds_from_now_and_headers_can_be_turned_off() {
     let layer = RateLimitLayer::builder()
-        .tier(Tier::new("t", KeyExtractor::peer_ip()).rule(Rule::new("p", keyed::<FixedWindow>("3/h"))))
+        .tier(
+            Tier::new("t", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("3/h"))),
+        )
         .reset_format(ResetFormat::DeltaSeconds)
         .ietf_headers(false)
         .build()
@@ -204,10 +216,17 @@ async fn tiers_key_and_limit_each_class_of_client() {
     }
     assert_eq!(client.send("GET", "/", &alice).await.status, 429);
     // Another token is another key.
-    let bob = client.send("GET", "/", &[("authorization", "Bearer bob")]).await;
-    assert_eq!((bob.status.as_u16(), bob.num("x-ratelimit-remaining")), (200, 4));
+    let bob = client
+        .send("GET", "/", &[("authorization", "Bearer bob")])
+        .await;
+    assert_eq!(
+        (bob.status.as_u16(), bob.num("x-ratelimit-remaining")),
+        (200, 4)
+    );
     // A malformed token falls through to the anonymous tier (spent).
-    let bad = client.send("GET", "/", &[("authorization", "Basic eA==")]).await;
+    let bad = client
+        .send("GET", "/", &[("authorization", "Basic eA==")])
+        .await;
     assert_eq!(bad.status, 429);
 }
 
@@ -229,7 +248,10 @@ async fn reads_and_writes_are_limited_apart() {
     }
     let denied = client.send("DELETE", "/items", &[]).await;
     assert_eq!(denied.status, 429);
-    assert_eq!(denied.header("ratelimit-policy"), Some(r#""write";q=2;w=3600"#));
+    assert_eq!(
+        denied.header("ratelimit-policy"),
+        Some(r#""write";q=2;w=3600"#)
+    );
     // Writes spent; reads untouched.
     for n in 1..=3u64 {
         let r = client.get("/items").await;
@@ -260,15 +282,27 @@ async fn costs_are_charged_from_the_request() {
     );
     let mut client = Client::connect(serve(app(layer.clone())).await).await;
     let r = client.get("/graphql?cost=4").await;
-    assert_eq!((r.status.as_u16(), r.num("x-ratelimit-remaining")), (200, 6));
+    assert_eq!(
+        (r.status.as_u16(), r.num("x-ratelimit-remaining")),
+        (200, 6)
+    );
     let r = client.get("/graphql?cost=4").await;
-    assert_eq!((r.status.as_u16(), r.num("x-ratelimit-remaining")), (200, 2));
+    assert_eq!(
+        (r.status.as_u16(), r.num("x-ratelimit-remaining")),
+        (200, 2)
+    );
     // 4 more do not fit; the denial consumes nothing, so 2 still do.
     let r = client.get("/graphql?cost=4").await;
-    assert_eq!((r.status.as_u16(), r.num("x-ratelimit-remaining")), (429, 2));
+    assert_eq!(
+        (r.status.as_u16(), r.num("x-ratelimit-remaining")),
+        (429, 2)
+    );
     assert!(r.num("retry-after") >= 1);
     let r = client.get("/graphql?cost=2").await;
-    assert_eq!((r.status.as_u16(), r.num("x-ratelimit-remaining")), (200, 0));
+    assert_eq!(
+        (r.status.as_u16(), r.num("x-ratelimit-remaining")),
+        (200, 0)
+    );
     // More than the limit can ever hold: 400, not a 429 to retry forever.
     let r = client.get("/graphql?cost=11").await;
     assert_eq!(r.status, 400, "{r:?}");
@@ -276,9 +310,20 @@ async fn costs_are_charged_from_the_request() {
     assert!(r.body.contains("cost of 11 can never pass"), "{}", r.body);
     // Other paths are not limited by this rule at all.
     let r = client.get("/").await;
-    assert_eq!((r.status.as_u16(), r.header("x-ratelimit-limit")), (200, None));
+    assert_eq!(
+        (r.status.as_u16(), r.header("x-ratelimit-limit")),
+        (200, None)
+    );
     let stats = layer.stats();
-    assert_eq!((stats.allowed, stats.limited, stats.cost_too_high, stats.unlimited), (3, 1, 1, 1));
+    assert_eq!(
+        (
+            stats.allowed,
+            stats.limited,
+            stats.cost_too_high,
+            stats.unlimited
+        ),
+        (3, 1, 1, 1)
+    );
 }
 
 #[tokio::test]
@@ -309,17 +354,35 @@ async fn several_limits_are_all_or_nothing() {
         Some(r#""hourly";q=5;w=3600, "write";q=3;w=3600, "charges";q=1;w=3600"#)
     );
     let state = r.header("ratelimit").unwrap();
-    assert!(state.contains(r#""hourly";r=4;"#) && state.contains(r#""write";r=2;"#) && state.contains(r#""charges";r=0;"#), "{state}");
+    assert!(
+        state.contains(r#""hourly";r=4;"#)
+            && state.contains(r#""write";r=2;"#)
+            && state.contains(r#""charges";r=0;"#),
+        "{state}"
+    );
     // x-ratelimit-* follow the tightest: charges, 0 left.
-    assert_eq!((r.num("x-ratelimit-limit"), r.num("x-ratelimit-remaining")), (1, 0));
+    assert_eq!(
+        (r.num("x-ratelimit-limit"), r.num("x-ratelimit-remaining")),
+        (1, 0)
+    );
 
     // The endpoint limit is spent: denied, and neither the hourly nor the
     // write limit is charged for the denied requests.
     for _ in 0..3 {
         let denied = client.send("POST", "/charges", &[]).await;
         assert_eq!(denied.status, 429);
-        assert!(denied.body.contains(r#""policy":"charges""#), "{}", denied.body);
-        assert_eq!((denied.num("x-ratelimit-limit"), denied.num("x-ratelimit-remaining")), (1, 0));
+        assert!(
+            denied.body.contains(r#""policy":"charges""#),
+            "{}",
+            denied.body
+        );
+        assert_eq!(
+            (
+                denied.num("x-ratelimit-limit"),
+                denied.num("x-ratelimit-remaining")
+            ),
+            (1, 0)
+        );
     }
     let key = "127.0.0.1";
     assert_eq!(hourly.peek_n(key, 0).unwrap().remaining(), 4);
@@ -340,7 +403,10 @@ async fn several_limits_are_all_or_nothing() {
 #[tokio::test]
 async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
     let layer = RateLimitLayer::builder()
-        .tier(Tier::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("p", keyed::<FixedWindow>("2/h"))))
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
+        )
         .shadow(true)
         .build()
         .unwrap();
@@ -355,7 +421,10 @@ async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
     }
     assert_eq!(remaining, [1, 0, 0, 0, 0]);
     let stats = layer.stats();
-    assert_eq!((stats.allowed, stats.shadow_limited, stats.limited), (2, 3, 0));
+    assert_eq!(
+        (stats.allowed, stats.shadow_limited, stats.limited),
+        (2, 3, 0)
+    );
 }
 
 #[tokio::test]
@@ -392,17 +461,27 @@ async fn a_missing_key_gets_a_clear_answer() {
     let r = client.get("/").await;
     assert_eq!(r.status, 400);
     assert!(r.body.contains("x-api-key"), "{}", r.body);
-    assert_eq!(client.send("GET", "/", &[("x-api-key", "k")]).await.status, 200);
+    assert_eq!(
+        client.send("GET", "/", &[("x-api-key", "k")]).await.status,
+        200
+    );
     assert_eq!(layer.stats().no_key, 1);
 }
 
 #[tokio::test]
 async fn the_responder_is_replaceable() {
     let layer = RateLimitLayer::builder()
-        .tier(Tier::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("p", keyed::<FixedWindow>("1/h"))))
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
+        )
         .responder(|rejection| {
             let text = match rejection {
-                Rejection::Limited { policy, retry_after_secs, .. } => {
+                Rejection::Limited {
+                    policy,
+                    retry_after_secs,
+                    ..
+                } => {
                     format!("slow down ({policy}, {retry_after_secs}s)")
                 }
                 other => format!("{other:?}"),

@@ -3,10 +3,10 @@
 //! (two layers) sharing one Redis budget, and the store-down policy
 //! deciding once Redis is killed.
 
-#[path = "support/http.rs"]
-mod support;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/http.rs"]
+mod support;
 
 use axum::Router;
 use axum::routing::get;
@@ -69,7 +69,10 @@ async fn redis_decides_behind_the_layer() {
     }
     // Another key, its own budget.
     let r = a.send("GET", "/", &[("x-api-key", "acct-2")]).await;
-    assert_eq!((r.status.as_u16(), r.num("x-ratelimit-remaining")), (200, 2));
+    assert_eq!(
+        (r.status.as_u16(), r.num("x-ratelimit-remaining")),
+        (200, 2)
+    );
     assert_eq!(limiter.stats().redis, 6);
 
     // Redis gone: the store-down policy (fail closed) decides, within the
@@ -101,7 +104,9 @@ async fn fail_open_serves_while_redis_is_down() {
 async fn an_async_rule_must_stand_alone() {
     let server = RedisServer::start();
     let limiter = redis_limiter(&server, StoreDown::FailOpen).await;
-    let local = Arc::new(KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(5).unwrap()).unwrap());
+    let local = Arc::new(
+        KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(5).unwrap()).unwrap(),
+    );
     let error = RateLimitLayer::builder()
         .tier(
             Tier::new("t", KeyExtractor::global())

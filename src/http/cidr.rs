@@ -164,7 +164,15 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "/", "10.0.0.0/33", "::/129", "10.0.0.0/x", "banana", "1.2.3.4/-1"] {
+        for bad in [
+            "",
+            "/",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0.0/x",
+            "banana",
+            "1.2.3.4/-1",
+        ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
     }

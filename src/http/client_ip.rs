@@ -257,7 +257,15 @@ mod tests {
         assert_eq!(parse_addr("[2001:db8::1]:443"), Some(ip("2001:db8::1")));
         assert_eq!(parse_addr("[2001:db8::1]"), Some(ip("2001:db8::1")));
         assert_eq!(parse_addr("::ffff:1.2.3.4"), Some(ip("1.2.3.4")));
-        for bad in ["", "unknown", "_hidden", "1.2.3.4:99999", "[::1]x", "[::1", "1.2.3"] {
+        for bad in [
+            "",
+            "unknown",
+            "_hidden",
+            "1.2.3.4:99999",
+            "[::1]x",
+            "[::1",
+            "1.2.3",
+        ] {
             assert_eq!(parse_addr(bad), None, "{bad}");
         }
     }
@@ -268,7 +276,10 @@ mod tests {
             forwarded_for(r#"proto=https;For="[2001:db8:cafe::17]:4711""#),
             Some(ip("2001:db8:cafe::17"))
         );
-        assert_eq!(forwarded_for("for=192.0.2.60;by=10.0.0.1"), Some(ip("192.0.2.60")));
+        assert_eq!(
+            forwarded_for("for=192.0.2.60;by=10.0.0.1"),
+            Some(ip("192.0.2.60"))
+        );
         assert_eq!(forwarded_for("for=unknown"), None);
         assert_eq!(forwarded_for("by=10.0.0.1"), None);
     }
@@ -276,7 +287,10 @@ mod tests {
     #[test]
     fn walks_from_the_right_over_trusted_hops() {
         let c = ClientIp::new().trust_proxies(["10.0.0.0/8"]).unwrap();
-        let h = headers("x-forwarded-for", &["1.1.1.1, 2.2.2.2", "10.0.0.5, 10.0.0.6"]);
+        let h = headers(
+            "x-forwarded-for",
+            &["1.1.1.1, 2.2.2.2", "10.0.0.5, 10.0.0.6"],
+        );
         assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("2.2.2.2"));
         // Garbage written by a trusted hop: the last trusted hop.
         let h = headers("x-forwarded-for", &["1.1.1.1, unknown, 10.0.0.6"]);

@@ -91,10 +91,7 @@ pub(crate) enum Verdict {
     /// No tier found a key.
     NoKey(KeyError),
     /// A rule's cost can never pass.
-    CostTooHigh {
-        policy: Arc<str>,
-        error: CheckError,
-    },
+    CostTooHigh { policy: Arc<str>, error: CheckError },
     /// An async backend must be awaited.
     Pending(Pending),
 }
@@ -158,11 +155,13 @@ struct Bound {
 
 impl Limit for Bound {
     fn check_n(&self, times: u32) -> Result<Decision, CheckError> {
-        self.backend.check_n(&self.key, self.cost.saturating_mul(times))
+        self.backend
+            .check_n(&self.key, self.cost.saturating_mul(times))
     }
 
     fn peek_n(&self, times: u32) -> Result<Decision, CheckError> {
-        self.backend.peek_n(&self.key, self.cost.saturating_mul(times))
+        self.backend
+            .peek_n(&self.key, self.cost.saturating_mul(times))
     }
 
     fn quota(&self) -> Option<Quota> {
@@ -202,7 +201,10 @@ fn decide_all(tier: &Tier, rules: &[&Rule], key: String, parts: &Parts) -> Verdi
             let policy = bound
                 .iter()
                 .find(|(_, backend, cost)| backend.peek_n(&key, *cost).is_err())
-                .map_or_else(|| Arc::clone(&tier.name), |(rule, ..)| Arc::clone(&rule.name));
+                .map_or_else(
+                    || Arc::clone(&tier.name),
+                    |(rule, ..)| Arc::clone(&rule.name),
+                );
             return Verdict::CostTooHigh { policy, error };
         }
     };

@@ -215,8 +215,7 @@ pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
         if let Some(ConnectInfo(addr)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
             return Some(*addr);
         }
-        if let Some(MockConnectInfo(addr)) = parts.extensions.get::<MockConnectInfo<SocketAddr>>()
-        {
+        if let Some(MockConnectInfo(addr)) = parts.extensions.get::<MockConnectInfo<SocketAddr>>() {
             return Some(*addr);
         }
     }
@@ -276,9 +275,24 @@ mod tests {
     #[test]
     fn bearer_tokens() {
         let x = KeyExtractor::bearer_token();
-        assert_eq!(x.extract(&parts(&[("authorization", b"Bearer abc")])).unwrap(), "abc");
-        assert_eq!(x.extract(&parts(&[("authorization", b"bEaReR   abc ")])).unwrap(), "abc");
-        for bad in [&b"Bearer"[..], b"Bearer ", b"Basic abc", b"Bearerabc", b"Bearer a b", b"Bearer \xff"] {
+        assert_eq!(
+            x.extract(&parts(&[("authorization", b"Bearer abc")]))
+                .unwrap(),
+            "abc"
+        );
+        assert_eq!(
+            x.extract(&parts(&[("authorization", b"bEaReR   abc ")]))
+                .unwrap(),
+            "abc"
+        );
+        for bad in [
+            &b"Bearer"[..],
+            b"Bearer ",
+            b"Basic abc",
+            b"Bearerabc",
+            b"Bearer a b",
+            b"Bearer \xff",
+        ] {
             assert_eq!(
                 x.extract(&parts(&[("authorization", bad)])),
                 Err(KeyError::InvalidHeader(http::header::AUTHORIZATION)),
@@ -294,7 +308,10 @@ mod tests {
     #[test]
     fn header_values_are_bounded() {
         let x = KeyExtractor::header(HeaderName::from_static("x-api-key")).max_len(4);
-        assert_eq!(x.extract(&parts(&[("x-api-key", b"abcd")])).unwrap(), "abcd");
+        assert_eq!(
+            x.extract(&parts(&[("x-api-key", b"abcd")])).unwrap(),
+            "abcd"
+        );
         assert!(x.extract(&parts(&[("x-api-key", b"abcde")])).is_err());
         assert!(x.extract(&parts(&[("x-api-key", b"")])).is_err());
         // The first of repeated headers.
@@ -305,9 +322,16 @@ mod tests {
     #[test]
     fn peer_from_socket_addr_extension() {
         let mut p = parts(&[]);
-        assert_eq!(KeyExtractor::peer_ip().extract(&p), Err(KeyError::NoPeerAddress));
-        p.extensions.insert("[2001:db8::7]:80".parse::<SocketAddr>().unwrap());
-        assert_eq!(KeyExtractor::peer_ip().extract(&p).unwrap(), "2001:db8::/64");
+        assert_eq!(
+            KeyExtractor::peer_ip().extract(&p),
+            Err(KeyError::NoPeerAddress)
+        );
+        p.extensions
+            .insert("[2001:db8::7]:80".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            KeyExtractor::peer_ip().extract(&p).unwrap(),
+            "2001:db8::/64"
+        );
         assert_eq!(KeyExtractor::global().extract(&p).unwrap(), "global");
     }
 }

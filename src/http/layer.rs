@@ -404,7 +404,9 @@ where
                 let future = self.inner.call(request);
                 ResponseFuture::serving(future, report, Arc::clone(&self.config))
             }
-            Settled::Answer(response) => ResponseFuture::answered(response, Arc::clone(&self.config)),
+            Settled::Answer(response) => {
+                ResponseFuture::answered(response, Arc::clone(&self.config))
+            }
             Settled::Wait(pending) => {
                 // The service made ready by `poll_ready` goes with the
                 // request; this one keeps a fresh clone (tower's pattern

@@ -44,7 +44,9 @@ pub struct Reply {
 
 impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().expect("ascii header"))
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().expect("ascii header"))
     }
 
     pub fn num(&self, name: &str) -> u64 {
@@ -87,7 +89,12 @@ impl Client {
         let response = self.sender.send_request(request).await.expect("send");
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response.into_body().collect().await.expect("body").to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
         Reply {
             status,
             headers,
