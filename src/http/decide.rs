@@ -7,6 +7,7 @@ use super::policy::{Backend, BackendFuture, Rule, RuleLimiter, Tier};
 use crate::policy::{AllOf, Limit};
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
+use http::HeaderValue;
 use http::request::Parts;
 
 /// One limit's state after a decision, for the headers.
@@ -14,6 +15,8 @@ use http::request::Parts;
 pub(crate) struct PolicyState {
     pub(crate) name: Arc<str>,
     pub(crate) fields: RateLimitFields,
+    /// The rule's `ratelimit-policy` item, built once with the rule.
+    pub(crate) policy: HeaderValue,
 }
 
 /// What the limits said about a request.
@@ -39,6 +42,7 @@ impl Report {
             policies: vec![PolicyState {
                 name: Arc::clone(&rule.name),
                 fields: RateLimitFields::new(decision, quota),
+                policy: rule.policy_header.clone(),
             }],
             binding: 0,
             allowed: decision.is_allowed(),
@@ -56,6 +60,7 @@ impl Report {
 pub(crate) struct Pending {
     pub(crate) tier: Arc<str>,
     pub(crate) policy: Arc<str>,
+    pub(crate) policy_header: HeaderValue,
     pub(crate) quota: Quota,
     pub(crate) future: BackendFuture,
 }
@@ -69,6 +74,7 @@ impl Pending {
                 policies: vec![PolicyState {
                     name: Arc::clone(&self.policy),
                     fields: RateLimitFields::new(&decision, &self.quota),
+                    policy: self.policy_header.clone(),
                 }],
                 binding: 0,
                 allowed: decision.is_allowed(),
@@ -138,6 +144,7 @@ fn decide_one(tier: &Tier, rule: &Rule, key: String, parts: &Parts) -> Verdict {
         RuleLimiter::Async(backend) => Verdict::Pending(Pending {
             tier: Arc::clone(&tier.name),
             policy: Arc::clone(&rule.name),
+            policy_header: rule.policy_header.clone(),
             quota: backend.quota(),
             future: backend.check_n(key, cost),
         }),
@@ -234,6 +241,7 @@ fn decide_all(tier: &Tier, rules: &[&Rule], key: String, parts: &Parts) -> Verdi
         policies.push(PolicyState {
             name: Arc::clone(&rule.name),
             fields: RateLimitFields::new(&probe, &backend.quota()),
+            policy: rule.policy_header.clone(),
         });
     }
     Verdict::Decided(Report {

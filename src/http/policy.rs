@@ -1,12 +1,13 @@
 //! What limits a request: tiers of keys, rules per route and method, costs,
 //! and the limiters behind them.
 
+use super::fields::RateLimitFields;
 use super::key::KeyExtractor;
 use crate::algorithm::Algorithm;
 use crate::sync::Arc;
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota, RateLimiter};
-use http::Method;
 use http::request::Parts;
+use http::{HeaderValue, Method};
 use std::fmt;
 use std::future::Future;
 use std::hash::BuildHasher;
@@ -212,6 +213,8 @@ pub struct Rule {
     pub(crate) limiter: RuleLimiter,
     pub(crate) when: Option<Matcher>,
     pub(crate) cost: Option<Arc<CostFn>>,
+    /// `"name";q=..;w=..`: fixed by the name and the quota.
+    pub(crate) policy_header: HeaderValue,
 }
 
 impl fmt::Debug for Rule {
@@ -243,11 +246,24 @@ impl Rule {
     }
 
     fn from_limiter(name: &str, limiter: RuleLimiter) -> Rule {
+        let quota = match &limiter {
+            RuleLimiter::Sync(b) => b.quota(),
+            RuleLimiter::Async(b) => b.quota(),
+        };
+        // The item depends on the quota only; any decision gives it. Names
+        // are escaped into printable ASCII, so the value always parses.
+        let item = RateLimitFields::new(
+            &crate::Decision::allow(quota.limit(), quota.limit(), 0),
+            &quota,
+        )
+        .policy_item(name);
         Rule {
             name: Arc::from(name),
             limiter,
             when: None,
             cost: None,
+            policy_header: HeaderValue::from_str(&item)
+                .unwrap_or_else(|_| HeaderValue::from_static("\"default\";q=0")),
         }
     }
 

@@ -149,6 +149,15 @@ impl Default for HeaderOptions {
     }
 }
 
+// Built at compile time: `from_static` is const, so no name is parsed per
+// response.
+const LIMIT: HeaderName = HeaderName::from_static(X_RATELIMIT_LIMIT);
+const REMAINING: HeaderName = HeaderName::from_static(X_RATELIMIT_REMAINING);
+const RESET: HeaderName = HeaderName::from_static(X_RATELIMIT_RESET);
+const USED: HeaderName = HeaderName::from_static(X_RATELIMIT_USED);
+const POLICY: HeaderName = HeaderName::from_static(RATELIMIT_POLICY);
+const STATE: HeaderName = HeaderName::from_static(RATELIMIT);
+
 /// Adds `report`'s headers to `headers`; `retry-after` too when `denied`
 /// (a 429 is being sent, not a shadow-mode pass).
 pub(crate) fn write_headers(
@@ -158,6 +167,8 @@ pub(crate) fn write_headers(
     denied: bool,
 ) {
     let binding = &report.binding().fields;
+    // Up to seven fields: one growth of the map instead of several.
+    headers.reserve(7);
     if options.x_ratelimit {
         let unix_now = match options.reset {
             ResetFormat::DeltaSeconds => 0,
@@ -168,28 +179,33 @@ pub(crate) fn write_headers(
                 .map_or(0, |d| d.as_nanos()),
         };
         let pairs = [
-            (X_RATELIMIT_LIMIT, u64::from(binding.limit())),
-            (X_RATELIMIT_REMAINING, u64::from(binding.remaining())),
-            (
-                X_RATELIMIT_RESET,
-                binding.reset_value(options.reset, unix_now),
-            ),
-            (X_RATELIMIT_USED, u64::from(binding.used())),
+            (LIMIT, u64::from(binding.limit())),
+            (REMAINING, u64::from(binding.remaining())),
+            (RESET, binding.reset_value(options.reset, unix_now)),
+            (USED, u64::from(binding.used())),
         ];
         for (name, value) in pairs {
-            headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
+            headers.insert(name, HeaderValue::from(value));
         }
     }
     if options.ietf {
-        let policy = join(report, |p| p.fields.policy_item(&p.name));
-        let state = join(report, |p| p.fields.state_item(&p.name));
+        // One rule: its policy item was built with the rule (a shared
+        // buffer, nothing copied); several are joined.
+        let policy = match report.policies.as_slice() {
+            [only] => Some(only.policy.clone()),
+            _ => HeaderValue::from_str(&join(report, |p, out| {
+                out.push_str(p.policy.to_str().unwrap_or(""));
+            }))
+            .ok(),
+        };
+        let state = join(report, |p, out| out.push_str(&p.fields.state_item(&p.name)));
         // The items are printable ASCII by construction (names are
         // escaped); a value that still fails is left out, not a panic.
-        if let Ok(value) = HeaderValue::from_str(&policy) {
-            headers.insert(HeaderName::from_static(RATELIMIT_POLICY), value);
+        if let Some(value) = policy {
+            headers.insert(POLICY, value);
         }
         if let Ok(value) = HeaderValue::from_str(&state) {
-            headers.insert(HeaderName::from_static(RATELIMIT), value);
+            headers.insert(STATE, value);
         }
     }
     if denied {
@@ -198,13 +214,14 @@ pub(crate) fn write_headers(
     }
 }
 
-fn join(report: &Report, item: impl Fn(&super::decide::PolicyState) -> String) -> String {
+/// The policies' items, `, `-separated (a Structured Field list).
+fn join(report: &Report, item: impl Fn(&super::decide::PolicyState, &mut String)) -> String {
     let mut out = String::new();
     for (i, policy) in report.policies.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        out.push_str(&item(policy));
+        item(policy, &mut out);
     }
     out
 }
