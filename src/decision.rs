@@ -6,12 +6,13 @@ use std::time::Duration;
 ///
 /// * [`is_allowed`](Decision::is_allowed): pass or reject;
 /// * [`limit`](Decision::limit): the most requests that can pass at once
-///   (`X-RateLimit-Limit`);
+///   (the capacity: the burst for the buckets; `x-ratelimit-limit` is the
+///   quota's limit instead, see [`headers_for`](Decision::headers_for));
 /// * [`remaining`](Decision::remaining): requests of cost 1 that could pass
-///   right after this decision (`X-RateLimit-Remaining`);
+///   right after this decision (`x-ratelimit-remaining`);
 /// * [`reset_after`](Decision::reset_after): time until the limiter is back
 ///   to `remaining == limit`, as if this key had never been seen
-///   (`X-RateLimit-Reset`, as seconds from now);
+///   (`x-ratelimit-reset`);
 /// * [`retry_after`](Decision::retry_after): on a denial, the time after
 ///   which a retry of the same cost would pass, if nothing else arrives in
 ///   between (`Retry-After`); zero when allowed;
@@ -31,7 +32,10 @@ use std::time::Duration;
 /// assert!(!denied.is_allowed());
 /// assert_eq!(denied.remaining(), 0);
 /// assert_eq!(denied.retry_after_secs(), 1); // 500 ms, rounded up for Retry-After
-/// assert_eq!(denied.headers()[0], ("X-RateLimit-Limit", "2".to_string()));
+/// // Lower-case names, usable with `http::HeaderName::from_static`.
+/// let headers = denied.headers_for(limiter.quota());
+/// assert_eq!(headers[0], ("x-ratelimit-limit", "2".to_string()));
+/// assert!(headers.contains(&("retry-after", "1".to_string())));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -157,27 +161,66 @@ impl Decision {
     }
 
     /// `Retry-After` in whole seconds, rounded up so that a client that
-    /// waits this long will pass; zero when allowed.
+    /// waits this long will pass, and at least 1 on a denial (a client told
+    /// 0 would retry at once and be denied again); zero when allowed.
     pub fn retry_after_secs(&self) -> u64 {
-        self.retry_after.div_ceil(1_000_000_000)
+        if self.allowed {
+            0
+        } else {
+            self.retry_after.div_ceil(1_000_000_000).max(1)
+        }
     }
 
-    /// `X-RateLimit-Reset` in whole seconds from now, rounded up.
+    /// `x-ratelimit-reset` in whole seconds from now, rounded up.
     pub fn reset_after_secs(&self) -> u64 {
         self.reset_after.div_ceil(1_000_000_000)
     }
 
-    /// The response headers for this decision: `X-RateLimit-Limit`,
-    /// `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds from now), and
-    /// on a denial `Retry-After` (seconds), to send with HTTP 429.
+    /// The response headers for this decision, with lower-case names (as
+    /// [`http::HeaderName::from_static`] requires): `x-ratelimit-limit`
+    /// (this decision's [`limit`](Decision::limit), the capacity: for the
+    /// quota's own limit, which clients expect, use
+    /// [`headers_for`](Decision::headers_for)), `x-ratelimit-remaining`,
+    /// `x-ratelimit-reset` (seconds from now), and on a denial
+    /// `retry-after` (seconds, at least 1), to send with HTTP 429.
+    ///
+    /// [`http::HeaderName::from_static`]: https://docs.rs/http/1/http/header/struct.HeaderName.html#method.from_static
     pub fn headers(&self) -> Vec<(&'static str, String)> {
+        use crate::http::{
+            RETRY_AFTER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+        };
         let mut headers = vec![
-            ("X-RateLimit-Limit", self.limit.to_string()),
-            ("X-RateLimit-Remaining", self.remaining.to_string()),
-            ("X-RateLimit-Reset", self.reset_after_secs().to_string()),
+            (X_RATELIMIT_LIMIT, self.limit.to_string()),
+            (X_RATELIMIT_REMAINING, self.remaining.to_string()),
+            (X_RATELIMIT_RESET, self.reset_after_secs().to_string()),
         ];
         if !self.allowed {
-            headers.push(("Retry-After", self.retry_after_secs().to_string()));
+            headers.push((RETRY_AFTER, self.retry_after_secs().to_string()));
+        }
+        headers
+    }
+
+    /// The response headers for this decision made under `quota`, with
+    /// lower-case names: `x-ratelimit-limit` (the quota's limit per its
+    /// period: 100 for `100/s burst=10`), `x-ratelimit-remaining`,
+    /// `x-ratelimit-reset` (seconds from now), `x-ratelimit-used`, the IETF
+    /// draft's `ratelimit-policy` and `ratelimit` (policy name `default`),
+    /// and on a denial `retry-after` (seconds, at least 1).
+    /// [`RateLimitFields`](crate::http::RateLimitFields) says what each
+    /// means per algorithm, and gives Unix-time resets and other names.
+    pub fn headers_for(&self, quota: &crate::Quota) -> Vec<(&'static str, String)> {
+        use crate::http::*;
+        let fields = RateLimitFields::new(self, quota);
+        let mut headers = vec![
+            (X_RATELIMIT_LIMIT, fields.limit().to_string()),
+            (X_RATELIMIT_REMAINING, fields.remaining().to_string()),
+            (X_RATELIMIT_RESET, fields.reset_secs().to_string()),
+            (X_RATELIMIT_USED, fields.used().to_string()),
+            (RATELIMIT_POLICY, fields.policy_item("default")),
+            (RATELIMIT, fields.state_item("default")),
+        ];
+        if let Some(secs) = fields.retry_after_secs() {
+            headers.push((RETRY_AFTER, secs.to_string()));
         }
         headers
     }
@@ -200,9 +243,9 @@ mod tests {
         assert_eq!(
             d.headers(),
             vec![
-                ("X-RateLimit-Limit", "10".to_string()),
-                ("X-RateLimit-Remaining", "7".to_string()),
-                ("X-RateLimit-Reset", "3".to_string()),
+                ("x-ratelimit-limit", "10".to_string()),
+                ("x-ratelimit-remaining", "7".to_string()),
+                ("x-ratelimit-reset", "3".to_string()),
             ]
         );
     }
@@ -214,9 +257,29 @@ mod tests {
         assert_eq!(d.retry_after_nanos(), 1);
         assert_eq!(d.retry_after_secs(), 1);
         assert_eq!(d.reset_after_secs(), 4);
-        assert_eq!(d.headers()[3], ("Retry-After", "1".to_string()));
+        assert_eq!(d.headers()[3], ("retry-after", "1".to_string()));
         let exact = Decision::deny(5, 0, 0, 2_000_000_000);
         assert_eq!(exact.retry_after_secs(), 2);
+        // A denial never says "retry after 0".
+        assert_eq!(Decision::deny(5, 0, 0, 0).retry_after_secs(), 1);
+    }
+
+    #[test]
+    fn headers_for_report_the_quota_limit_not_the_burst() {
+        let quota: crate::Quota = "100/s burst=10".parse().unwrap();
+        let d = Decision::deny(10, 0, 1_000_000_000, 10_000_000);
+        assert_eq!(
+            d.headers_for(&quota),
+            vec![
+                ("x-ratelimit-limit", "100".to_string()),
+                ("x-ratelimit-remaining", "0".to_string()),
+                ("x-ratelimit-reset", "1".to_string()),
+                ("x-ratelimit-used", "10".to_string()),
+                ("ratelimit-policy", r#""default";q=100;w=1"#.to_string()),
+                ("ratelimit", r#""default";r=0;t=1"#.to_string()),
+                ("retry-after", "1".to_string()),
+            ]
+        );
     }
 
     #[test]

@@ -28,6 +28,10 @@
 //!   GitHub.
 //! * [`policy::AllOf`]: several limits that admit a request together or
 //!   not at all.
+//! * [`http`]: rate-limit header names and values (`x-ratelimit-*`, the
+//!   IETF `RateLimit` fields); with feature `tower`, `RateLimitLayer`, a
+//!   tower layer for axum, hyper and tonic (client keys behind trusted
+//!   proxies, tiers, per-route rules, costs, shadow mode).
 //! * Errors: [`QuotaError`] for configurations that cannot work,
 //!   [`CheckError`] for requests that can never pass.
 //! * With feature `redis`, the `redis` module: `RedisLimiter` (one atomic
@@ -61,6 +65,7 @@ pub mod algorithm;
 mod clock;
 mod decision;
 mod error;
+pub mod http;
 mod keyed;
 mod limiter;
 mod map;

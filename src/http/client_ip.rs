@@ -1,0 +1,329 @@
+//! The client's IP address: the peer's, or from a forwarding header when
+//! the peer is a trusted proxy, grouped by prefix.
+
+use super::cidr::{Cidr, mask};
+use http::HeaderMap;
+use http::header::HeaderName;
+use std::net::IpAddr;
+
+/// The forwarding header a trusted proxy writes. Only one is read: a proxy
+/// that appends to `X-Forwarded-For` passes a client's own `Forwarded`
+/// header through untouched, so reading a second header would let the
+/// client pick its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx
+    /// `$proxy_add_x_forwarded_for`, most load balancers). The default.
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=192.0.2.60;proto=https, for="[2001:db8::1]"`.
+    Forwarded,
+    /// `X-Real-IP: client` (nginx `proxy_set_header X-Real-IP $remote_addr`).
+    XRealIp,
+}
+
+impl ForwardedHeader {
+    fn name(self) -> HeaderName {
+        match self {
+            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
+            ForwardedHeader::Forwarded => http::header::FORWARDED,
+            ForwardedHeader::XRealIp => HeaderName::from_static("x-real-ip"),
+        }
+    }
+}
+
+/// Most forwarding hops walked; past them the last trusted hop is the key,
+/// so a header of thousands of entries costs no more than this many.
+const MAX_HOPS: usize = 32;
+
+/// How to find a request's client IP address, and how to turn it into a
+/// key.
+///
+/// The peer address (the TCP connection's) is the client unless the peer
+/// is a trusted proxy. Then the configured [`ForwardedHeader`] is walked
+/// from the right, skipping trusted proxies: the right-most address that is
+/// not a trusted proxy is the client. Addresses left of it were written by
+/// the client itself and are ignored, so a client that sends its own
+/// `X-Forwarded-For` cannot pick its key. When a hop the trusted proxies
+/// wrote cannot be parsed (`unknown`, an obfuscated `_name`, garbage), the
+/// last trusted hop is the key: those clients share a limit rather than
+/// choose one.
+///
+/// IPv6 clients are grouped by their first 64 bits by default (one
+/// customer usually holds a whole /64, and can rotate addresses in it at
+/// will); IPv4 addresses are keyed whole by default.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::http::ClientIp;
+/// use http::HeaderMap;
+///
+/// let client_ip = ClientIp::new().trust_proxies(["10.0.0.0/8"])?;
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-forwarded-for", "6.6.6.6, 203.0.113.9, 10.0.0.2".parse()?);
+/// // From a trusted proxy: the right-most untrusted hop.
+/// assert_eq!(client_ip.resolve("10.0.0.1".parse()?, &headers), "203.0.113.9".parse::<std::net::IpAddr>()?);
+/// // From anyone else: the peer, whatever the header says.
+/// assert_eq!(client_ip.resolve("198.51.100.7".parse()?, &headers), "198.51.100.7".parse::<std::net::IpAddr>()?);
+/// assert_eq!(client_ip.key("2001:db8:1:2:3:4:5:6".parse()?), "2001:db8:1:2::/64");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientIp {
+    trusted: Vec<Cidr>,
+    header: ForwardedHeader,
+    v4_prefix: u8,
+    v6_prefix: u8,
+}
+
+impl Default for ClientIp {
+    fn default() -> Self {
+        ClientIp::new()
+    }
+}
+
+impl ClientIp {
+    /// The peer address, no trusted proxies, IPv6 grouped by /64.
+    pub fn new() -> ClientIp {
+        ClientIp {
+            trusted: Vec::new(),
+            header: ForwardedHeader::default(),
+            v4_prefix: 32,
+            v6_prefix: 64,
+        }
+    }
+
+    /// Trusts the proxies in these ranges (`"10.0.0.0/8"`, `"::1"`).
+    ///
+    /// # Errors
+    ///
+    /// A [`CidrError`](super::CidrError) for a range that does not parse.
+    pub fn trust_proxies<I, S>(mut self, ranges: I) -> Result<ClientIp, super::CidrError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        for range in ranges {
+            self.trusted.push(range.as_ref().parse()?);
+        }
+        Ok(self)
+    }
+
+    /// Trusts the proxies in `range`.
+    pub fn trust(mut self, range: Cidr) -> ClientIp {
+        self.trusted.push(range);
+        self
+    }
+
+    /// Reads `header` from trusted proxies (default
+    /// [`ForwardedHeader::XForwardedFor`]).
+    pub fn header(mut self, header: ForwardedHeader) -> ClientIp {
+        self.header = header;
+        self
+    }
+
+    /// Groups IPv6 clients by their first `bits` bits (default 64; at most
+    /// 128, larger values count as 128).
+    pub fn ipv6_prefix(mut self, bits: u8) -> ClientIp {
+        self.v6_prefix = bits.min(128);
+        self
+    }
+
+    /// Groups IPv4 clients by their first `bits` bits (default 32: each
+    /// address alone; at most 32).
+    pub fn ipv4_prefix(mut self, bits: u8) -> ClientIp {
+        self.v4_prefix = bits.min(32);
+        self
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|range| range.contains(ip))
+    }
+
+    /// The client's address for a request from `peer` with `headers`.
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = peer.to_canonical();
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let mut last_trusted = peer;
+        let mut hops = 0;
+        // Later header lines were appended later (nearer to us): walk the
+        // lines from the last, and each line's entries from the right.
+        for line in headers.get_all(self.header.name()).iter().rev() {
+            let Ok(line) = line.to_str() else {
+                return last_trusted;
+            };
+            for entry in line.rsplit(',') {
+                hops += 1;
+                if hops > MAX_HOPS {
+                    return last_trusted;
+                }
+                let parsed = match self.header {
+                    ForwardedHeader::Forwarded => forwarded_for(entry),
+                    _ => parse_addr(entry),
+                };
+                match parsed {
+                    Some(ip) if !self.is_trusted(ip) => return ip,
+                    Some(ip) => last_trusted = ip,
+                    None => return last_trusted,
+                }
+            }
+        }
+        // Every hop is a trusted proxy: the request began inside; the
+        // left-most hop is the nearest thing to a client.
+        last_trusted
+    }
+
+    /// The key for a client at `ip`: the address, or its group
+    /// (`2001:db8:1:2::/64`) when the prefix is shorter than the address.
+    pub fn key(&self, ip: IpAddr) -> String {
+        let ip = ip.to_canonical();
+        let prefix = if ip.is_ipv4() {
+            self.v4_prefix
+        } else {
+            self.v6_prefix
+        };
+        let full = if ip.is_ipv4() { 32 } else { 128 };
+        if prefix >= full {
+            ip.to_string()
+        } else {
+            format!("{}/{prefix}", mask(ip, prefix))
+        }
+    }
+}
+
+/// An address as proxies write it in `X-Forwarded-For`: `1.2.3.4`,
+/// `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]:80`, with spaces around;
+/// `None` for anything else.
+fn parse_addr(entry: &str) -> Option<IpAddr> {
+    let entry = entry.trim();
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.starts_with(':')) {
+            return None;
+        }
+        return inside.parse::<IpAddr>().ok().map(|ip| ip.to_canonical());
+    }
+    // IPv4 with a port; an IPv6 address with a port is always bracketed.
+    let (host, port) = entry.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    host.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// The `for=` address of one RFC 7239 `Forwarded` element
+/// (`for=192.0.2.60;proto=http;by=203.0.113.43`), `None` when it has none
+/// or it is `unknown`, an obfuscated identifier or not an address.
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("for") {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        parse_addr(value)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(name: &'static str, values: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for v in values {
+            map.append(name, v.parse().unwrap());
+        }
+        map
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parse_addr_forms() {
+        assert_eq!(parse_addr(" 1.2.3.4 "), Some(ip("1.2.3.4")));
+        assert_eq!(parse_addr("1.2.3.4:8080"), Some(ip("1.2.3.4")));
+        assert_eq!(parse_addr("[2001:db8::1]:443"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_addr("[2001:db8::1]"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_addr("::ffff:1.2.3.4"), Some(ip("1.2.3.4")));
+        for bad in [
+            "",
+            "unknown",
+            "_hidden",
+            "1.2.3.4:99999",
+            "[::1]x",
+            "[::1",
+            "1.2.3",
+        ] {
+            assert_eq!(parse_addr(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn forwarded_elements() {
+        assert_eq!(
+            forwarded_for(r#"proto=https;For="[2001:db8:cafe::17]:4711""#),
+            Some(ip("2001:db8:cafe::17"))
+        );
+        assert_eq!(
+            forwarded_for("for=192.0.2.60;by=10.0.0.1"),
+            Some(ip("192.0.2.60"))
+        );
+        assert_eq!(forwarded_for("for=unknown"), None);
+        assert_eq!(forwarded_for("by=10.0.0.1"), None);
+    }
+
+    #[test]
+    fn walks_from_the_right_over_trusted_hops() {
+        let c = ClientIp::new().trust_proxies(["10.0.0.0/8"]).unwrap();
+        let h = headers(
+            "x-forwarded-for",
+            &["1.1.1.1, 2.2.2.2", "10.0.0.5, 10.0.0.6"],
+        );
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("2.2.2.2"));
+        // Garbage written by a trusted hop: the last trusted hop.
+        let h = headers("x-forwarded-for", &["1.1.1.1, unknown, 10.0.0.6"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.0.0.6"));
+        // All trusted: the left-most.
+        let h = headers("x-forwarded-for", &["10.9.9.9, 10.0.0.6"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.9.9.9"));
+        // No header: the peer.
+        assert_eq!(c.resolve(ip("10.0.0.1"), &HeaderMap::new()), ip("10.0.0.1"));
+        // Untrusted peer: the header is ignored.
+        let h = headers("x-forwarded-for", &["1.1.1.1"]);
+        assert_eq!(c.resolve(ip("9.9.9.9"), &h), ip("9.9.9.9"));
+        // Another header than the configured one is ignored.
+        let h = headers("forwarded", &["for=1.1.1.1"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn hop_limit_bounds_the_walk() {
+        let c = ClientIp::new().trust_proxies(["10.0.0.0/8"]).unwrap();
+        let long = vec!["10.1.1.1"; 100].join(",");
+        let h = headers("x-forwarded-for", &[&format!("1.1.1.1,{long}")]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.1.1.1"));
+    }
+
+    #[test]
+    fn keys_group_ipv6() {
+        let c = ClientIp::new();
+        assert_eq!(c.key(ip("1.2.3.4")), "1.2.3.4");
+        assert_eq!(c.key(ip("2001:db8::1")), "2001:db8::/64");
+        assert_eq!(c.ipv6_prefix(128).key(ip("2001:db8::1")), "2001:db8::1");
+        let c = ClientIp::new().ipv4_prefix(24).ipv6_prefix(48);
+        assert_eq!(c.key(ip("1.2.3.4")), "1.2.3.0/24");
+        assert_eq!(c.key(ip("2001:db8:aa:bb::1")), "2001:db8:aa::/48");
+    }
+}

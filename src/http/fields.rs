@@ -1,0 +1,260 @@
+//! Rate-limit header fields: their names, and the values one decision under
+//! one quota gives them. Pure text, no HTTP types: [`Decision::headers`]
+//! uses it without the `tower` feature, and the layer with it.
+//!
+//! The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (May
+//! 2026): `RateLimit-Policy: "name";q=100;w=60` advertises a policy (quota
+//! `q` per window `w` seconds) and `RateLimit: "name";r=50;t=30` its state
+//! (`r` units remaining, `t` seconds until the quota resets). Both are
+//! Structured Field lists, one item per policy.
+
+use crate::{Decision, Quota};
+use std::fmt::Write;
+
+/// `x-ratelimit-limit`: the quota's limit per its period (`100` for
+/// `100/s burst=10`), as GitHub and most APIs send it.
+pub const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";
+/// `x-ratelimit-remaining`: requests of cost 1 that could pass right after
+/// this one.
+pub const X_RATELIMIT_REMAINING: &str = "x-ratelimit-remaining";
+/// `x-ratelimit-reset`: when the limiter is back to full capacity, as Unix
+/// seconds (GitHub's convention) or seconds from now ([`ResetFormat`]).
+pub const X_RATELIMIT_RESET: &str = "x-ratelimit-reset";
+/// `x-ratelimit-used`: the part of the capacity in use now (capacity minus
+/// remaining).
+pub const X_RATELIMIT_USED: &str = "x-ratelimit-used";
+/// `ratelimit`: the IETF draft's per-policy state, `"name";r=50;t=30`.
+pub const RATELIMIT: &str = "ratelimit";
+/// `ratelimit-policy`: the IETF draft's policy list, `"name";q=100;w=60`.
+pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
+/// `retry-after`: on a denial, whole seconds to wait, rounded up, never 0.
+pub const RETRY_AFTER: &str = "retry-after";
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// How `x-ratelimit-reset` is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResetFormat {
+    /// The Unix time, in whole seconds rounded up, at which the limiter is
+    /// back to full capacity (GitHub, Twitter). The layer's default.
+    #[default]
+    UnixSeconds,
+    /// Whole seconds from now, rounded up (what [`Decision::headers`]
+    /// writes, since it reads no wall clock).
+    DeltaSeconds,
+}
+
+/// The header values of one decision under one quota.
+///
+/// What each field means depends on the algorithm, since only some have
+/// windows:
+///
+/// | field | fixed window | sliding window log / counter | token bucket (GCRA) | leaky bucket |
+/// |---|---|---|---|---|
+/// | limit, `q` | requests per window | requests per sliding window | requests per period (the sustained rate; the burst is the capacity) | requests per period (the drain rate) |
+/// | `w` | the window | the sliding window's length | the period over which `q` tokens are restored, one every period / `q` (no window exists) | the period over which `q` requests drain |
+/// | remaining, `r` | left in this window | left in the sliding window now | whole tokens in the bucket | free places in the queue |
+/// | used | counted in this window | counted in the sliding window (the counter: weighted) | tokens missing from a full bucket | places taken in the queue |
+/// | reset, `t` | the window's end | when every counted request has left the sliding window (the counter: up to two windows) | when the bucket is full again | when the queue is empty |
+///
+/// `retry-after` is always the time until a retry of the same cost would
+/// pass (for the token bucket usually much less than reset).
+///
+/// # Examples
+///
+/// ```
+/// use rategate::http::RateLimitFields;
+/// use rategate::{ManualClock, Quota, RateLimiter, TokenBucket};
+///
+/// let quota: Quota = "100/s burst=10".parse()?;
+/// let limiter = RateLimiter::<TokenBucket, _>::with_clock(quota, ManualClock::new())?;
+/// let fields = RateLimitFields::new(&limiter.check(), &quota);
+/// assert_eq!(fields.limit(), 100); // the quota's limit, not the burst
+/// assert_eq!(fields.remaining(), 9);
+/// assert_eq!(fields.used(), 1);
+/// assert_eq!(fields.policy_item("api"), r#""api";q=100;w=1"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitFields {
+    limit: u32,
+    remaining: u32,
+    used: u32,
+    reset_after_nanos: u64,
+    /// `Some` on a denial.
+    retry_after_nanos: Option<u64>,
+    /// `q` per `w` seconds: the quota, rescaled when its period is not a
+    /// whole number of seconds.
+    window_quota: u64,
+    window_secs: u64,
+}
+
+impl RateLimitFields {
+    /// The fields of `decision`, made under `quota`.
+    pub fn new(decision: &Decision, quota: &Quota) -> RateLimitFields {
+        let period = quota.period_nanos().max(1);
+        let (window_quota, window_secs) = if period % NANOS_PER_SEC == 0 {
+            (u64::from(quota.limit()), period / NANOS_PER_SEC)
+        } else {
+            // `w` is an integer: say how many fit in the next whole second
+            // count (10 per 100 ms is q=100;w=1), rounded down so a client
+            // pacing itself by it stays within the quota.
+            let secs = period.div_ceil(NANOS_PER_SEC);
+            let q = u128::from(quota.limit()) * u128::from(secs) * u128::from(NANOS_PER_SEC)
+                / u128::from(period);
+            (u64::try_from(q).unwrap_or(u64::MAX), secs)
+        };
+        RateLimitFields {
+            limit: quota.limit(),
+            remaining: decision.remaining(),
+            used: decision.limit().saturating_sub(decision.remaining()),
+            reset_after_nanos: decision.reset_after_nanos(),
+            retry_after_nanos: (!decision.is_allowed()).then_some(decision.retry_after_nanos()),
+            window_quota,
+            window_secs,
+        }
+    }
+
+    /// `x-ratelimit-limit`: the quota's limit per its period.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// `x-ratelimit-remaining` and `r`.
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// `x-ratelimit-used`: capacity minus remaining.
+    pub fn used(&self) -> u32 {
+        self.used
+    }
+
+    /// Whole seconds until full capacity, rounded up (`t`, and
+    /// `x-ratelimit-reset` as [`ResetFormat::DeltaSeconds`]).
+    pub fn reset_secs(&self) -> u64 {
+        self.reset_after_nanos.div_ceil(NANOS_PER_SEC)
+    }
+
+    /// `x-ratelimit-reset` in `format`, given the Unix time now in
+    /// nanoseconds (ignored for [`ResetFormat::DeltaSeconds`]).
+    pub fn reset_value(&self, format: ResetFormat, unix_now_nanos: u128) -> u64 {
+        match format {
+            ResetFormat::DeltaSeconds => self.reset_secs(),
+            ResetFormat::UnixSeconds => {
+                let at = unix_now_nanos.saturating_add(u128::from(self.reset_after_nanos));
+                u64::try_from(at.div_ceil(u128::from(NANOS_PER_SEC))).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
+    /// On a denial, `retry-after` in whole seconds, rounded up and at
+    /// least 1 (a client told 0 retries at once and is denied again);
+    /// `None` when allowed.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_nanos
+            .map(|nanos| nanos.div_ceil(NANOS_PER_SEC).max(1))
+    }
+
+    /// The `ratelimit-policy` list item: `"name";q=100;w=60`.
+    pub fn policy_item(&self, name: &str) -> String {
+        let mut item = sf_string(name);
+        // Writing to a String cannot fail.
+        let _ = write!(item, ";q={};w={}", self.window_quota, self.window_secs);
+        item
+    }
+
+    /// The `ratelimit` list item: `"name";r=50;t=30`.
+    pub fn state_item(&self, name: &str) -> String {
+        let mut item = sf_string(name);
+        let _ = write!(item, ";r={};t={}", self.remaining, self.reset_secs());
+        item
+    }
+}
+
+/// `name` as a Structured Field string (RFC 8941 section 3.3.3): quoted,
+/// with `"` and `\` escaped; characters outside printable ASCII, which a
+/// string cannot hold, become `_`.
+fn sf_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn quota(limit: u32, period: Duration) -> Quota {
+        Quota::with_period(limit, period).unwrap()
+    }
+
+    #[test]
+    fn window_rescales_sub_second_periods() {
+        let d = Decision::allow(10, 10, 0);
+        let f = RateLimitFields::new(&d, &quota(10, Duration::from_millis(100)));
+        assert_eq!(f.policy_item("p"), r#""p";q=100;w=1"#);
+        let f = RateLimitFields::new(&d, &quota(60, Duration::from_secs(3600)));
+        assert_eq!(f.policy_item("p"), r#""p";q=60;w=3600"#);
+        let f = RateLimitFields::new(&d, &quota(3, Duration::from_millis(1500)));
+        assert_eq!(f.policy_item("p"), r#""p";q=4;w=2"#);
+    }
+
+    #[test]
+    fn retry_after_is_never_zero_on_denial() {
+        let q = quota(1, Duration::from_secs(1));
+        let f = RateLimitFields::new(&Decision::deny(1, 0, 1, 1), &q);
+        assert_eq!(f.retry_after_secs(), Some(1));
+        let f = RateLimitFields::new(&Decision::deny(1, 0, 0, 0), &q);
+        assert_eq!(f.retry_after_secs(), Some(1));
+        let f = RateLimitFields::new(&Decision::deny(1, 0, 0, 2_000_000_001), &q);
+        assert_eq!(f.retry_after_secs(), Some(3));
+        let f = RateLimitFields::new(&Decision::allow(1, 0, 5), &q);
+        assert_eq!(f.retry_after_secs(), None);
+    }
+
+    #[test]
+    fn reset_formats() {
+        let q = quota(5, Duration::from_secs(10));
+        let f = RateLimitFields::new(&Decision::allow(5, 4, 2_500_000_000), &q);
+        assert_eq!(f.reset_value(ResetFormat::DeltaSeconds, 0), 3);
+        let now = 1_700_000_000 * u128::from(NANOS_PER_SEC) + 900_000_000;
+        // 1_700_000_000.9 + 2.5 = ...03.4, rounded up.
+        assert_eq!(f.reset_value(ResetFormat::UnixSeconds, now), 1_700_000_004);
+        assert_eq!(f.state_item("x"), r#""x";r=4;t=3"#);
+        assert_eq!(f.used(), 1);
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(sf_string("é\n"), r#""__""#);
+    }
+
+    #[test]
+    fn names_are_lower_case() {
+        for name in [
+            X_RATELIMIT_LIMIT,
+            X_RATELIMIT_REMAINING,
+            X_RATELIMIT_RESET,
+            X_RATELIMIT_USED,
+            RATELIMIT,
+            RATELIMIT_POLICY,
+            RETRY_AFTER,
+        ] {
+            assert_eq!(name, name.to_ascii_lowercase());
+        }
+    }
+}

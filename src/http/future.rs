@@ -1,0 +1,141 @@
+//! The response future of [`RateLimit`](super::RateLimit): a named type,
+//! boxing nothing on the in-memory path.
+
+use super::body::ResponseBody;
+use super::decide::{Pending, Report};
+use super::layer::{Config, Settled};
+use crate::sync::Arc;
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use tower::Service;
+
+pin_project! {
+    /// The response of a rate-limited request: the service's, with headers
+    /// added, or the layer's own answer.
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S::Future, S, ReqBody>,
+        config: Arc<Config>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, S, ReqBody> {
+        /// The service is answering; `report` becomes headers.
+        Serving {
+            #[pin]
+            future: F,
+            report: Option<Report>,
+        },
+        /// The layer answered (429, no key); taken once.
+        Answered {
+            response: Option<Response<Bytes>>,
+        },
+        /// An async backend is deciding; then the ready service is called.
+        Waiting {
+            pending: Pending,
+            service: Option<S>,
+            request: Option<Request<ReqBody>>,
+        },
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) fn serving(future: S::Future, report: Option<Report>, config: Arc<Config>) -> Self {
+        ResponseFuture {
+            state: State::Serving { future, report },
+            config,
+        }
+    }
+
+    pub(crate) fn answered(response: Response<Bytes>, config: Arc<Config>) -> Self {
+        ResponseFuture {
+            state: State::Answered {
+                response: Some(response),
+            },
+            config,
+        }
+    }
+
+    pub(crate) fn waiting(
+        pending: Pending,
+        service: S,
+        request: Request<ReqBody>,
+        config: Arc<Config>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Waiting {
+                pending,
+                service: Some(service),
+                request: Some(request),
+            },
+            config,
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Serving { future, report } => {
+                    let response = ready!(future.poll(cx))?;
+                    return Poll::Ready(Ok(this.config.finish(response, report.as_ref())));
+                }
+                StateProj::Answered { response } => {
+                    // Polled again after completion: an empty 500 rather
+                    // than a panic.
+                    let response = response.take().unwrap_or_else(|| {
+                        let mut r = Response::new(Bytes::new());
+                        *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                        r
+                    });
+                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                }
+                StateProj::Waiting {
+                    pending,
+                    service,
+                    request,
+                } => {
+                    let result = ready!(pending.future.as_mut().poll(cx));
+                    let verdict = pending.finish(result);
+                    let (Some(mut service), Some(request)) = (service.take(), request.take())
+                    else {
+                        // Only a poll after completion gets here.
+                        this.state.set(State::Answered { response: None });
+                        continue;
+                    };
+                    let next = match this.config.settle(verdict) {
+                        Settled::Serve(report) => State::Serving {
+                            future: service.call(request),
+                            report,
+                        },
+                        Settled::Answer(response) => State::Answered {
+                            response: Some(response),
+                        },
+                        // A finished check settles to serve or answer.
+                        Settled::Wait(_) => State::Answered { response: None },
+                    };
+                    this.state.set(next);
+                }
+            }
+        }
+    }
+}

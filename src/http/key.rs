@@ -1,0 +1,337 @@
+//! Client keys: who a request counts against.
+
+use super::client_ip::ClientIp;
+use crate::sync::Arc;
+use http::HeaderName;
+use http::request::Parts;
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Why no key could be taken from a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// The request carries no peer address: the server was not set up to
+    /// record it (axum: `into_make_service_with_connect_info::<SocketAddr>()`;
+    /// hyper: insert the connection's `SocketAddr` into the request's
+    /// extensions; tests: axum's `MockConnectInfo`).
+    NoPeerAddress,
+    /// The request lacks the header the key is read from.
+    MissingHeader(HeaderName),
+    /// The header is there but not usable as a key (not visible ASCII,
+    /// empty, longer than the extractor's limit, or not `Bearer <token>`).
+    InvalidHeader(HeaderName),
+    /// A key function of your own found no key; the text says why.
+    Custom(String),
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::NoPeerAddress => f.write_str(
+                "the request carries no peer address to key it by \
+                 (the server must record each connection's address)",
+            ),
+            KeyError::MissingHeader(name) => write!(f, "the request has no {name} header"),
+            KeyError::InvalidHeader(name) => {
+                write!(f, "the request's {name} header is not a usable key")
+            }
+            KeyError::Custom(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// The longest header value taken as a key by default: longer ones are
+/// refused rather than stored.
+pub const DEFAULT_MAX_KEY_LEN: usize = 256;
+
+type KeyFn = dyn Fn(&Parts) -> Result<String, KeyError> + Send + Sync;
+
+/// Takes a request's key: its client IP, a header, a constant, or anything
+/// a function computes.
+///
+/// Keys from different extractors share one namespace: give each tier its
+/// own limiters (or prefix keys in a [`from_fn`](KeyExtractor::from_fn)),
+/// so that an API key written as `203.0.113.9` cannot spend that IP
+/// address's budget.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::http::{ClientIp, KeyExtractor};
+///
+/// let by_ip = KeyExtractor::client_ip(ClientIp::new().trust_proxies(["10.0.0.0/8"])?);
+/// let by_api_key = KeyExtractor::header(http::HeaderName::from_static("x-api-key"));
+/// let by_token = KeyExtractor::bearer_token();
+/// let by_tenant = KeyExtractor::from_fn(|parts| {
+///     parts.uri.path().split('/').nth(2).map(str::to_owned)
+/// });
+/// let request = http::Request::get("/tenants/acme/items").header("x-api-key", "k-1").body(())?;
+/// let (parts, ()) = request.into_parts();
+/// assert_eq!(by_api_key.extract(&parts)?, "k-1");
+/// assert_eq!(by_tenant.extract(&parts)?, "acme");
+/// assert!(by_token.extract(&parts).is_err()); // no Authorization header
+/// assert!(by_ip.extract(&parts).is_err()); // no peer address recorded
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct KeyExtractor {
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Ip(ClientIp),
+    Header {
+        name: HeaderName,
+        bearer: bool,
+        max_len: usize,
+    },
+    Global,
+    Custom(Arc<KeyFn>),
+}
+
+impl fmt::Debug for KeyExtractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Ip(ip) => f.debug_tuple("ClientIp").field(ip).finish(),
+            Kind::Header { name, bearer, .. } => f
+                .debug_struct("Header")
+                .field("name", name)
+                .field("bearer", bearer)
+                .finish(),
+            Kind::Global => f.write_str("Global"),
+            Kind::Custom(_) => f.write_str("Custom"),
+        }
+    }
+}
+
+impl KeyExtractor {
+    /// The client's IP address, as [`ClientIp`] finds and groups it.
+    pub fn client_ip(client_ip: ClientIp) -> KeyExtractor {
+        KeyExtractor {
+            kind: Kind::Ip(client_ip),
+        }
+    }
+
+    /// The peer's IP address, IPv6 grouped by /64, no proxies trusted.
+    pub fn peer_ip() -> KeyExtractor {
+        Self::client_ip(ClientIp::new())
+    }
+
+    /// The value of header `name` (an API key), at most
+    /// [`DEFAULT_MAX_KEY_LEN`] bytes of visible ASCII.
+    pub fn header(name: HeaderName) -> KeyExtractor {
+        KeyExtractor {
+            kind: Kind::Header {
+                name,
+                bearer: false,
+                max_len: DEFAULT_MAX_KEY_LEN,
+            },
+        }
+    }
+
+    /// The token of `Authorization: Bearer <token>`.
+    pub fn bearer_token() -> KeyExtractor {
+        KeyExtractor {
+            kind: Kind::Header {
+                name: http::header::AUTHORIZATION,
+                bearer: true,
+                max_len: DEFAULT_MAX_KEY_LEN,
+            },
+        }
+    }
+
+    /// One key for every request: a limit on the whole service.
+    pub fn global() -> KeyExtractor {
+        KeyExtractor { kind: Kind::Global }
+    }
+
+    /// The key `f` computes; `None` means the request has none
+    /// ([`KeyError::Custom`]).
+    pub fn from_fn<F>(f: F) -> KeyExtractor
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        let f = move |parts: &Parts| {
+            f(parts).ok_or_else(|| KeyError::Custom("the request has no key".to_string()))
+        };
+        KeyExtractor {
+            kind: Kind::Custom(Arc::new(f)),
+        }
+    }
+
+    /// The key `f` computes, or the error it gives.
+    pub fn try_from_fn<F>(f: F) -> KeyExtractor
+    where
+        F: Fn(&Parts) -> Result<String, KeyError> + Send + Sync + 'static,
+    {
+        KeyExtractor {
+            kind: Kind::Custom(Arc::new(f)),
+        }
+    }
+
+    /// For a header extractor, takes values of up to `max_len` bytes
+    /// (default [`DEFAULT_MAX_KEY_LEN`]); other extractors are unchanged.
+    pub fn max_len(mut self, max_len: usize) -> KeyExtractor {
+        if let Kind::Header { max_len: m, .. } = &mut self.kind {
+            *m = max_len;
+        }
+        self
+    }
+
+    /// The key of the request whose head is `parts`.
+    ///
+    /// # Errors
+    ///
+    /// A [`KeyError`] saying what was missing.
+    pub fn extract(&self, parts: &Parts) -> Result<String, KeyError> {
+        match &self.kind {
+            Kind::Ip(client_ip) => {
+                let peer = peer_addr(parts).ok_or(KeyError::NoPeerAddress)?;
+                Ok(client_ip.key(client_ip.resolve(peer.ip(), &parts.headers)))
+            }
+            Kind::Header {
+                name,
+                bearer,
+                max_len,
+            } => header_key(parts, name, *bearer, *max_len),
+            Kind::Global => Ok(String::from("global")),
+            Kind::Custom(f) => f(parts),
+        }
+    }
+}
+
+/// The connection's peer address: with feature `axum`, axum's
+/// `ConnectInfo<SocketAddr>`, else its `MockConnectInfo<SocketAddr>` (as
+/// axum's own extractor falls back to it in tests); else a plain
+/// `SocketAddr` extension (what a hyper server inserts itself).
+pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
+    #[cfg(feature = "axum")]
+    {
+        use axum::extract::ConnectInfo;
+        use axum::extract::connect_info::MockConnectInfo;
+        if let Some(ConnectInfo(addr)) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+            return Some(*addr);
+        }
+        if let Some(MockConnectInfo(addr)) = parts.extensions.get::<MockConnectInfo<SocketAddr>>() {
+            return Some(*addr);
+        }
+    }
+    parts.extensions.get::<SocketAddr>().copied()
+}
+
+fn header_key(
+    parts: &Parts,
+    name: &HeaderName,
+    bearer: bool,
+    max_len: usize,
+) -> Result<String, KeyError> {
+    let invalid = || KeyError::InvalidHeader(name.clone());
+    // The first value only: a client that repeats the header gets no say
+    // over which one counts.
+    let value = parts
+        .headers
+        .get(name)
+        .ok_or_else(|| KeyError::MissingHeader(name.clone()))?;
+    let mut key = value.as_bytes().trim_ascii();
+    if bearer {
+        // RFC 6750: `Bearer` is case-insensitive, followed by one or more
+        // spaces.
+        let scheme_len = "bearer".len();
+        if key.len() <= scheme_len
+            || !key[..scheme_len].eq_ignore_ascii_case(b"bearer")
+            || key[scheme_len] != b' '
+        {
+            return Err(invalid());
+        }
+        key = key[scheme_len..].trim_ascii();
+    }
+    if key.is_empty() || key.len() > max_len || !key.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid());
+    }
+    // Visible ASCII only, checked above: valid UTF-8.
+    std::str::from_utf8(key)
+        .map(str::to_owned)
+        .map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(headers: &[(&str, &[u8])]) -> Parts {
+        let mut request = http::Request::get("/").body(()).unwrap();
+        for (name, value) in headers {
+            request.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        request.into_parts().0
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        let x = KeyExtractor::bearer_token();
+        assert_eq!(
+            x.extract(&parts(&[("authorization", b"Bearer abc")]))
+                .unwrap(),
+            "abc"
+        );
+        assert_eq!(
+            x.extract(&parts(&[("authorization", b"bEaReR   abc ")]))
+                .unwrap(),
+            "abc"
+        );
+        for bad in [
+            &b"Bearer"[..],
+            b"Bearer ",
+            b"Basic abc",
+            b"Bearerabc",
+            b"Bearer a b",
+            b"Bearer \xff",
+        ] {
+            assert_eq!(
+                x.extract(&parts(&[("authorization", bad)])),
+                Err(KeyError::InvalidHeader(http::header::AUTHORIZATION)),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            x.extract(&parts(&[])),
+            Err(KeyError::MissingHeader(http::header::AUTHORIZATION))
+        );
+    }
+
+    #[test]
+    fn header_values_are_bounded() {
+        let x = KeyExtractor::header(HeaderName::from_static("x-api-key")).max_len(4);
+        assert_eq!(
+            x.extract(&parts(&[("x-api-key", b"abcd")])).unwrap(),
+            "abcd"
+        );
+        assert!(x.extract(&parts(&[("x-api-key", b"abcde")])).is_err());
+        assert!(x.extract(&parts(&[("x-api-key", b"")])).is_err());
+        // The first of repeated headers.
+        let two = parts(&[("x-api-key", b"one"), ("x-api-key", b"two")]);
+        assert_eq!(x.extract(&two).unwrap(), "one");
+    }
+
+    #[test]
+    fn peer_from_socket_addr_extension() {
+        let mut p = parts(&[]);
+        assert_eq!(
+            KeyExtractor::peer_ip().extract(&p),
+            Err(KeyError::NoPeerAddress)
+        );
+        p.extensions
+            .insert("[2001:db8::7]:80".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            KeyExtractor::peer_ip().extract(&p).unwrap(),
+            "2001:db8::/64"
+        );
+        assert_eq!(KeyExtractor::global().extract(&p).unwrap(), "global");
+    }
+}

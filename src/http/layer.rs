@@ -1,0 +1,420 @@
+//! The tower layer and service: decide in `call`, then answer or serve.
+
+use super::body::ResponseBody;
+use super::decide::{Pending, Report, Verdict, decide};
+use super::fields::ResetFormat;
+use super::future::ResponseFuture;
+use super::key::KeyExtractor;
+use super::policy::{Rule, RuleLimiter, Tier};
+use super::response::{HeaderOptions, Rejection, Responder, problem_response, write_headers};
+use super::stats::{Counters, LayerStats};
+use crate::sync::Arc;
+use crate::{KeyedRateLimiter, Quota, QuotaError, TokenBucket};
+use bytes::Bytes;
+use http::{Request, Response};
+use std::fmt;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// Why a [`RateLimitBuilder`] could not build a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No tier was added: nothing would be limited.
+    NoTiers,
+    /// A tier holds an async (Redis) rule beside other rules. A store
+    /// reached over the network cannot take part in an all-or-nothing
+    /// check, so such a rule must be its tier's only one.
+    AsyncNotAlone {
+        /// The tier.
+        tier: String,
+        /// The async rule.
+        rule: String,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::NoTiers => f.write_str("a rate-limit layer needs at least one tier"),
+            BuildError::AsyncNotAlone { tier, rule } => write!(
+                f,
+                "tier {tier:?}: the async rule {rule:?} must be the tier's only rule \
+                 (it cannot be checked all-or-nothing with others)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// The configuration every clone of the layer and its services shares.
+pub(crate) struct Config {
+    tiers: Vec<Tier>,
+    shadow: bool,
+    headers: HeaderOptions,
+    responder: Option<Responder>,
+    pub(crate) counters: Counters,
+}
+
+/// What to do with a request once decided.
+pub(crate) enum Settled {
+    /// Call the service; add these headers to its response.
+    Serve(Option<Report>),
+    /// Send this response instead.
+    Answer(Response<Bytes>),
+    /// Await the backend first.
+    Wait(Pending),
+}
+
+impl Config {
+    pub(crate) fn settle(&self, verdict: Verdict) -> Settled {
+        let c = &self.counters;
+        match verdict {
+            Verdict::Unlimited => {
+                Counters::bump(&c.unlimited);
+                Settled::Serve(None)
+            }
+            Verdict::Decided(report) if report.allowed => {
+                Counters::bump(&c.allowed);
+                Settled::Serve(Some(report))
+            }
+            Verdict::Decided(report) if self.shadow => {
+                Counters::bump(&c.shadow_limited);
+                Settled::Serve(Some(report))
+            }
+            Verdict::Decided(report) => {
+                Counters::bump(&c.limited);
+                let binding = report.binding();
+                let mut response = self.respond(&Rejection::Limited {
+                    tier: &report.tier,
+                    policy: &binding.name,
+                    retry_after_secs: report.retry_after_secs.unwrap_or(1).max(1),
+                    fields: &binding.fields,
+                });
+                write_headers(response.headers_mut(), &report, &self.headers, true);
+                Settled::Answer(response)
+            }
+            Verdict::NoKey(error) => {
+                Counters::bump(&c.no_key);
+                if self.shadow {
+                    return Settled::Serve(None);
+                }
+                Settled::Answer(self.respond(&Rejection::NoKey { error: &error }))
+            }
+            Verdict::CostTooHigh { policy, error } => {
+                Counters::bump(&c.cost_too_high);
+                if self.shadow {
+                    return Settled::Serve(None);
+                }
+                Settled::Answer(self.respond(&Rejection::CostTooHigh {
+                    policy: &policy,
+                    error: &error,
+                }))
+            }
+            Verdict::Pending(pending) => Settled::Wait(pending),
+        }
+    }
+
+    fn respond(&self, rejection: &Rejection<'_>) -> Response<Bytes> {
+        match &self.responder {
+            Some(responder) => responder(rejection),
+            None => problem_response(rejection),
+        }
+    }
+
+    /// The service's response with `report`'s headers added.
+    pub(crate) fn finish<B>(
+        &self,
+        response: Response<B>,
+        report: Option<&Report>,
+    ) -> Response<ResponseBody<B>> {
+        let mut response = response.map(ResponseBody::inner);
+        if let Some(report) = report {
+            write_headers(response.headers_mut(), report, &self.headers, false);
+        }
+        response
+    }
+}
+
+/// Builds a [`RateLimitLayer`]; from [`RateLimitLayer::builder`].
+#[must_use]
+pub struct RateLimitBuilder {
+    tiers: Vec<Tier>,
+    shadow: bool,
+    headers: HeaderOptions,
+    responder: Option<Responder>,
+}
+
+impl fmt::Debug for RateLimitBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitBuilder")
+            .field("tiers", &self.tiers)
+            .field("shadow", &self.shadow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitBuilder {
+    /// Adds a tier. Tiers are tried in order: the first whose key extractor
+    /// finds a key decides the request.
+    pub fn tier(mut self, tier: Tier) -> Self {
+        self.tiers.push(tier);
+        self
+    }
+
+    /// Shadow mode (a dry run, to launch a new limit safely): every request
+    /// is decided, counted and given headers, but none is rejected; the
+    /// would-be 429s are counted in [`LayerStats::shadow_limited`]. A
+    /// denied request consumes nothing, as always.
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.shadow = on;
+        self
+    }
+
+    /// How `x-ratelimit-reset` is written (default
+    /// [`ResetFormat::UnixSeconds`], as GitHub does).
+    pub fn reset_format(mut self, format: ResetFormat) -> Self {
+        self.headers.reset = format;
+        self
+    }
+
+    /// Whether to send `x-ratelimit-limit`, `-remaining`, `-reset` and
+    /// `-used` (default on).
+    pub fn x_ratelimit_headers(mut self, on: bool) -> Self {
+        self.headers.x_ratelimit = on;
+        self
+    }
+
+    /// Whether to send the IETF draft's `ratelimit-policy` and `ratelimit`
+    /// (default on).
+    pub fn ietf_headers(mut self, on: bool) -> Self {
+        self.headers.ietf = on;
+        self
+    }
+
+    /// Writes the layer's own answers (429s, missing keys, costs that never
+    /// pass) instead of [`problem_response`]. For 429s the layer then adds
+    /// `retry-after` and the rate-limit headers.
+    pub fn responder(
+        mut self,
+        responder: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.responder = Some(Arc::new(responder));
+        self
+    }
+
+    /// Builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::NoTiers`] without a tier; [`BuildError::AsyncNotAlone`]
+    /// for an async rule beside others in a tier.
+    pub fn build(self) -> Result<RateLimitLayer, BuildError> {
+        if self.tiers.is_empty() {
+            return Err(BuildError::NoTiers);
+        }
+        for tier in &self.tiers {
+            if tier.rules.len() > 1 {
+                if let Some(rule) = tier
+                    .rules
+                    .iter()
+                    .find(|r| matches!(r.limiter, RuleLimiter::Async(_)))
+                {
+                    return Err(BuildError::AsyncNotAlone {
+                        tier: tier.name.to_string(),
+                        rule: rule.name.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(self.assemble())
+    }
+
+    /// The layer, without the checks (for configurations that cannot fail
+    /// them).
+    fn assemble(self) -> RateLimitLayer {
+        RateLimitLayer {
+            config: Arc::new(Config {
+                tiers: self.tiers,
+                shadow: self.shadow,
+                headers: self.headers,
+                responder: self.responder,
+                counters: Counters::default(),
+            }),
+        }
+    }
+}
+
+/// The most client keys [`RateLimitLayer::per_ip`] holds in memory.
+pub const PER_IP_MAX_KEYS: usize = 1_000_000;
+
+/// A tower [`Layer`] that rate-limits HTTP requests (axum, hyper, tonic).
+///
+/// Each request is keyed by its [tier](Tier) (client IP, API key, token, a
+/// function), checked against every [rule](Rule) of the tier that applies
+/// to it, all or nothing, and then either served, with rate-limit headers
+/// added to the response, or answered `429 Too Many Requests` with
+/// `retry-after`, the same headers and an RFC 9457 problem body.
+///
+/// In-memory limiters are decided synchronously in `call` (the response
+/// future is a named type, nothing boxed); an async backend (Redis) is
+/// awaited in a boxed future. Clones share one configuration and one set
+/// of counters.
+///
+/// A leaky bucket in delay mode admits with a delay the layer does not
+/// wait out: such a request is served at once.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::http::{ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+/// use rategate::{KeyedRateLimiter, Quota, TokenBucket};
+/// use std::sync::Arc;
+///
+/// type Keyed = KeyedRateLimiter<String, TokenBucket>;
+/// // GitHub-style tiers: tokens at 5,000/h, anonymous clients by IP at 60/h.
+/// let signed_in = Arc::new(Keyed::new(Quota::per_hour(5000)?)?);
+/// let anonymous = Arc::new(Keyed::builder(Quota::per_hour(60)?).max_keys(1_000_000).build()?);
+/// // Stripe-style: writes limited apart from reads.
+/// let writes = Arc::new(Keyed::new(Quota::per_second(25)?)?);
+/// let layer = RateLimitLayer::builder()
+///     .tier(Tier::new("signed-in", KeyExtractor::bearer_token())
+///         .rule(Rule::new("hourly", signed_in))
+///         .rule(Rule::new("writes", writes).when(Matcher::writes())))
+///     .tier(Tier::new("anonymous", KeyExtractor::client_ip(
+///             ClientIp::new().trust_proxies(["10.0.0.0/8"])?))
+///         .rule(Rule::new("hourly", anonymous)))
+///     .build()?;
+/// // axum: Router::new().route(...).layer(layer)
+/// # let _ = layer;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    config: Arc<Config>,
+}
+
+impl fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("tiers", &self.config.tiers)
+            .field("shadow", &self.config.shadow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer {
+    /// A builder to add tiers, shadow mode, header choices and a responder.
+    pub fn builder() -> RateLimitBuilder {
+        RateLimitBuilder {
+            tiers: Vec::new(),
+            shadow: false,
+            headers: HeaderOptions::default(),
+            responder: None,
+        }
+    }
+
+    /// One tier, `default`, keyed by `key` and limited by `rule`.
+    pub fn new(key: KeyExtractor, rule: Rule) -> RateLimitLayer {
+        // One rule, sync or async, always stands alone: nothing to check.
+        Self::builder()
+            .tier(Tier::new("default", key).rule(rule))
+            .assemble()
+    }
+
+    /// Each peer IP address (IPv6 by /64) limited to `quota` by a token
+    /// bucket, at most [`PER_IP_MAX_KEYS`] addresses held (beyond them new
+    /// addresses share one limit). Behind a proxy use
+    /// [`new`](RateLimitLayer::new) with [`ClientIp::trust_proxies`](super::ClientIp::trust_proxies).
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] when the token bucket cannot represent `quota`.
+    pub fn per_ip(quota: Quota) -> Result<RateLimitLayer, QuotaError> {
+        let limiter = KeyedRateLimiter::<String, TokenBucket>::builder(quota)
+            .max_keys(PER_IP_MAX_KEYS)
+            .build()?;
+        let rule = Rule::new("per-ip", Arc::new(limiter));
+        Ok(Self::new(KeyExtractor::peer_ip(), rule))
+    }
+
+    /// The counters so far (shared by every clone and service).
+    pub fn stats(&self) -> LayerStats {
+        self.config.counters.snapshot()
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The rate-limiting service that [`RateLimitLayer`] wraps around `S`.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> RateLimit<S> {
+    /// The counters so far (shared with the layer).
+    pub fn stats(&self) -> LayerStats {
+        self.config.counters.snapshot()
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let verdict = decide(&self.config.tiers, &parts);
+        let request = Request::from_parts(parts, body);
+        match self.config.settle(verdict) {
+            Settled::Serve(report) => {
+                let future = self.inner.call(request);
+                ResponseFuture::serving(future, report, Arc::clone(&self.config))
+            }
+            Settled::Answer(response) => {
+                ResponseFuture::answered(response, Arc::clone(&self.config))
+            }
+            Settled::Wait(pending) => {
+                // The service made ready by `poll_ready` goes with the
+                // request; this one keeps a fresh clone (tower's pattern
+                // for a service called after an await).
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::waiting(pending, ready, request, Arc::clone(&self.config))
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! HTTP: rate-limit header fields, and (feature `tower`) a tower layer for
+//! servers.
+//!
+//! Always available: the header names ([`X_RATELIMIT_LIMIT`],
+//! [`RATELIMIT_POLICY`], ...: lower-case `&'static str`s, usable with
+//! `http::HeaderName::from_static`), [`RateLimitFields`] (what one decision
+//! under one quota puts in them, per algorithm) and [`ResetFormat`].
+//!
+//! With feature `tower`:
+//!
+//! * [`RateLimitLayer`] / [`RateLimit`]: the layer and service, for axum
+//!   0.8, hyper 1 and tonic; [`ResponseFuture`] and [`ResponseBody`];
+//!   [`LayerStats`] counters; shadow mode.
+//! * Client keys, [`KeyExtractor`]: the peer IP ([`ClientIp`]: trusted
+//!   proxies as [`Cidr`]s, the [`ForwardedHeader`] they write, IPv6
+//!   grouped by prefix), a header (API key, bearer token), a constant, a
+//!   function; [`KeyError`] when there is none.
+//! * Policies: [`Tier`]s of keys, each with [`Rule`]s that apply by route
+//!   and method ([`Matcher`]) and charge a cost; several rules on one
+//!   request are checked all or nothing with [`AllOf`](crate::policy::AllOf).
+//!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
+//!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
+//!   when Redis cannot).
+//! * Answers: 429 with `retry-after` (whole seconds, rounded up, never 0)
+//!   and an RFC 9457 problem body ([`problem_response`]), replaceable
+//!   ([`Rejection`]).
+
+mod fields;
+
+pub use fields::{
+    RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER, RateLimitFields, ResetFormat, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, X_RATELIMIT_USED,
+};
+
+#[cfg(feature = "tower")]
+mod body;
+#[cfg(feature = "tower")]
+mod cidr;
+#[cfg(feature = "tower")]
+mod client_ip;
+#[cfg(feature = "tower")]
+mod decide;
+#[cfg(feature = "tower")]
+mod future;
+#[cfg(feature = "tower")]
+mod key;
+#[cfg(feature = "tower")]
+mod layer;
+#[cfg(feature = "tower")]
+mod policy;
+#[cfg(feature = "tower")]
+mod response;
+#[cfg(feature = "tower")]
+mod stats;
+
+#[cfg(feature = "tower")]
+pub use body::ResponseBody;
+#[cfg(feature = "tower")]
+pub use cidr::{Cidr, CidrError};
+#[cfg(feature = "tower")]
+pub use client_ip::{ClientIp, ForwardedHeader};
+#[cfg(feature = "tower")]
+pub use future::ResponseFuture;
+#[cfg(feature = "tower")]
+pub use key::{DEFAULT_MAX_KEY_LEN, KeyError, KeyExtractor, peer_addr};
+#[cfg(feature = "tower")]
+pub use layer::{BuildError, PER_IP_MAX_KEYS, RateLimit, RateLimitBuilder, RateLimitLayer};
+#[cfg(feature = "tower")]
+pub use policy::{AsyncBackend, Backend, BackendFuture, Matcher, Rule, Tier};
+#[cfg(feature = "tower")]
+pub use response::{Rejection, Responder, problem_response};
+#[cfg(feature = "tower")]
+pub use stats::LayerStats;

@@ -1,0 +1,331 @@
+//! What limits a request: tiers of keys, rules per route and method, costs,
+//! and the limiters behind them.
+
+use super::fields::RateLimitFields;
+use super::key::KeyExtractor;
+use crate::algorithm::Algorithm;
+use crate::sync::Arc;
+use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota, RateLimiter};
+use http::request::Parts;
+use http::{HeaderValue, Method};
+use std::fmt;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+
+/// A limiter the layer checks synchronously, keyed by the request's client
+/// key: a [`KeyedRateLimiter<String, _>`](KeyedRateLimiter) with any
+/// algorithm, a [`RateLimiter`] (one state for every key: a global limit),
+/// or a type of your own.
+pub trait Backend: Send + Sync + 'static {
+    /// Decides a request of `cost` for `key` and records it if admitted.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` can never pass.
+    fn check_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError>;
+
+    /// Decides as [`check_n`](Backend::check_n) would, recording nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Backend::check_n).
+    fn peek_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError>;
+
+    /// The quota enforced (what `x-ratelimit-limit` and `RateLimit-Policy`
+    /// report).
+    fn quota(&self) -> Quota;
+}
+
+impl<A, C, S> Backend for KeyedRateLimiter<String, A, C, S>
+where
+    A: Algorithm,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    #[inline]
+    fn check_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
+        KeyedRateLimiter::check_n(self, key, cost)
+    }
+
+    fn peek_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
+        KeyedRateLimiter::peek_n(self, key, cost)
+    }
+
+    fn quota(&self) -> Quota {
+        *KeyedRateLimiter::quota(self)
+    }
+}
+
+impl<A: Algorithm, C: Clock> Backend for RateLimiter<A, C> {
+    #[inline]
+    fn check_n(&self, _key: &str, cost: u32) -> Result<Decision, CheckError> {
+        RateLimiter::check_n(self, cost)
+    }
+
+    fn peek_n(&self, _key: &str, cost: u32) -> Result<Decision, CheckError> {
+        RateLimiter::peek_n(self, cost)
+    }
+
+    fn quota(&self) -> Quota {
+        *RateLimiter::quota(self)
+    }
+}
+
+/// The future an [`AsyncBackend`] returns.
+pub type BackendFuture = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
+
+/// A limiter the layer awaits (a Redis limiter): one round trip per
+/// decision, so its path boxes a future.
+///
+/// A backend that cannot reach its store decides by its own policy (the
+/// Redis limiter's `StoreDown`), so the layer never sees a store error.
+pub trait AsyncBackend: Send + Sync + 'static {
+    /// Decides a request of `cost` for `key` and records it if admitted.
+    fn check_n(&self, key: String, cost: u32) -> BackendFuture;
+
+    /// The quota enforced.
+    fn quota(&self) -> Quota;
+}
+
+#[cfg(feature = "redis")]
+impl<A, C> AsyncBackend for crate::redis::RedisLimiter<A, C>
+where
+    A: crate::redis::RedisAlgorithm,
+    C: Clock,
+{
+    fn check_n(&self, key: String, cost: u32) -> BackendFuture {
+        let limiter = self.clone();
+        Box::pin(async move {
+            let decision = limiter.check_n(&key, cost).await?;
+            Ok(decision.decision())
+        })
+    }
+
+    fn quota(&self) -> Quota {
+        *crate::redis::RedisLimiter::quota(self)
+    }
+}
+
+/// Whether a rule applies to a request: by method, path, or any test.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::http::Matcher;
+///
+/// let (get, _) = http::Request::get("/v1/charges").body(())?.into_parts();
+/// let (post, _) = http::Request::post("/v1/charges").body(())?.into_parts();
+/// assert!(Matcher::reads().matches(&get));
+/// assert!(Matcher::writes().matches(&post));
+/// assert!(Matcher::path_prefix("/v1").matches(&get));
+/// assert!(!Matcher::path_prefix("/v").matches(&get)); // whole segments only
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Matcher(Arc<dyn Fn(&Parts) -> bool + Send + Sync>);
+
+impl fmt::Debug for Matcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Matcher")
+    }
+}
+
+impl Matcher {
+    /// Requests for which `f` is true.
+    pub fn from_fn(f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Matcher {
+        Matcher(Arc::new(f))
+    }
+
+    /// Reads: `GET`, `HEAD` and `OPTIONS` (Stripe's read limit).
+    pub fn reads() -> Matcher {
+        Matcher::from_fn(|parts| is_read(&parts.method))
+    }
+
+    /// Writes: every method that is not a read (Stripe's write limit).
+    pub fn writes() -> Matcher {
+        Matcher::from_fn(|parts| !is_read(&parts.method))
+    }
+
+    /// Requests with one of `methods`.
+    pub fn methods(methods: impl IntoIterator<Item = Method>) -> Matcher {
+        let methods: Vec<Method> = methods.into_iter().collect();
+        Matcher::from_fn(move |parts| methods.contains(&parts.method))
+    }
+
+    /// Requests whose path is `prefix` or continues it after a `/`
+    /// (`/graphql` matches `/graphql` and `/graphql/x`, not `/graphqlx`).
+    pub fn path_prefix(prefix: &str) -> Matcher {
+        let prefix = prefix.trim_end_matches('/').to_owned();
+        Matcher::from_fn(move |parts| {
+            let path = parts.uri.path();
+            path.strip_prefix(prefix.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+
+    /// Requests both matchers match.
+    pub fn and(self, other: Matcher) -> Matcher {
+        Matcher::from_fn(move |parts| (self.0)(parts) && (other.0)(parts))
+    }
+
+    /// Whether the request whose head is `parts` matches.
+    pub fn matches(&self, parts: &Parts) -> bool {
+        (self.0)(parts)
+    }
+}
+
+fn is_read(method: &Method) -> bool {
+    *method == Method::GET || *method == Method::HEAD || *method == Method::OPTIONS
+}
+
+type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
+
+#[derive(Clone)]
+pub(crate) enum RuleLimiter {
+    Sync(Arc<dyn Backend>),
+    Async(Arc<dyn AsyncBackend>),
+}
+
+/// One named limit: a limiter, the requests it applies to (all by
+/// default), and what each costs (1 by default).
+///
+/// The name is the policy name in `RateLimit-Policy` / `RateLimit` and in
+/// 429 bodies.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::http::{Matcher, Rule};
+/// use rategate::{KeyedRateLimiter, Quota, TokenBucket};
+/// use std::sync::Arc;
+///
+/// let points = Arc::new(KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(5000)?)?);
+/// // GraphQL: charged in points, computed from the request.
+/// let graphql = Rule::new("graphql", points)
+///     .when(Matcher::path_prefix("/graphql"))
+///     .cost(|parts| parts.uri.query().map_or(1, |q| q.len() as u32 / 10 + 1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Rule {
+    pub(crate) name: Arc<str>,
+    pub(crate) limiter: RuleLimiter,
+    pub(crate) when: Option<Matcher>,
+    pub(crate) cost: Option<Arc<CostFn>>,
+    /// `"name";q=..;w=..`: fixed by the name and the quota.
+    pub(crate) policy_header: HeaderValue,
+}
+
+impl fmt::Debug for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let quota = match &self.limiter {
+            RuleLimiter::Sync(b) => b.quota(),
+            RuleLimiter::Async(b) => b.quota(),
+        };
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("quota", &quota)
+            .field("async", &matches!(self.limiter, RuleLimiter::Async(_)))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Rule {
+    /// A rule named `name` checked by `limiter`, in memory.
+    pub fn new<B: Backend>(name: &str, limiter: Arc<B>) -> Rule {
+        Rule::from_limiter(name, RuleLimiter::Sync(limiter))
+    }
+
+    /// A rule named `name` checked by an async `limiter` (a Redis limiter).
+    /// A tier holding one must hold no other rule
+    /// ([`BuildError::AsyncNotAlone`](super::BuildError::AsyncNotAlone)):
+    /// its store cannot take part in an all-or-nothing check.
+    pub fn new_async<B: AsyncBackend>(name: &str, limiter: B) -> Rule {
+        Rule::from_limiter(name, RuleLimiter::Async(Arc::new(limiter)))
+    }
+
+    fn from_limiter(name: &str, limiter: RuleLimiter) -> Rule {
+        let quota = match &limiter {
+            RuleLimiter::Sync(b) => b.quota(),
+            RuleLimiter::Async(b) => b.quota(),
+        };
+        // The item depends on the quota only; any decision gives it. Names
+        // are escaped into printable ASCII, so the value always parses.
+        let item = RateLimitFields::new(
+            &crate::Decision::allow(quota.limit(), quota.limit(), 0),
+            &quota,
+        )
+        .policy_item(name);
+        Rule {
+            name: Arc::from(name),
+            limiter,
+            when: None,
+            cost: None,
+            policy_header: HeaderValue::from_str(&item)
+                .unwrap_or_else(|_| HeaderValue::from_static("\"default\";q=0")),
+        }
+    }
+
+    /// Applies only to requests `matcher` matches.
+    pub fn when(mut self, matcher: Matcher) -> Rule {
+        self.when = Some(matcher);
+        self
+    }
+
+    /// Charges each request what `cost` says (GraphQL points) instead of 1.
+    /// A cost above what the limiter can ever admit is answered 400 (see
+    /// [`Rejection::CostTooHigh`](super::Rejection::CostTooHigh)).
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Rule {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn applies(&self, parts: &Parts) -> bool {
+        self.when.as_ref().is_none_or(|m| m.matches(parts))
+    }
+
+    pub(crate) fn cost_of(&self, parts: &Parts) -> u32 {
+        self.cost.as_ref().map_or(1, |f| f(parts))
+    }
+}
+
+/// A class of clients, keyed its own way, with its own rules (GitHub:
+/// signed-in requests by token at 5,000/h, anonymous ones by IP at 60/h).
+///
+/// The layer tries tiers in order; the first whose key extractor finds a
+/// key decides the request with every rule of that tier that applies to
+/// it, all or nothing.
+#[derive(Clone, Debug)]
+pub struct Tier {
+    pub(crate) name: Arc<str>,
+    pub(crate) key: KeyExtractor,
+    pub(crate) rules: Vec<Rule>,
+}
+
+impl Tier {
+    /// A tier named `name` whose requests are keyed by `key`.
+    pub fn new(name: &str, key: KeyExtractor) -> Tier {
+        Tier {
+            name: Arc::from(name),
+            key,
+            rules: Vec::new(),
+        }
+    }
+
+    /// Adds a rule.
+    pub fn rule(mut self, rule: Rule) -> Tier {
+        self.rules.push(rule);
+        self
+    }
+
+    /// The tier's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}

@@ -1,0 +1,265 @@
+//! What the layer answers itself (429, no key, a cost that never passes),
+//! and the rate-limit headers it adds to every limited response.
+
+use super::decide::Report;
+use super::fields::*;
+use super::key::KeyError;
+use crate::CheckError;
+use crate::sync::Arc;
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use std::fmt::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A request the layer answers instead of the service, passed to the
+/// [`responder`](super::RateLimitBuilder::responder) that writes the
+/// answer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Rejection<'a> {
+    /// A limit denied the request: answered `429 Too Many Requests`. The
+    /// layer adds `retry-after` and the rate-limit headers to whatever the
+    /// responder returns.
+    Limited {
+        /// The tier the request was keyed in.
+        tier: &'a str,
+        /// The rule that denied it (the one with the longest wait).
+        policy: &'a str,
+        /// Whole seconds until a retry would pass, at least 1.
+        retry_after_secs: u64,
+        /// That rule's header values.
+        fields: &'a RateLimitFields,
+    },
+    /// No tier found a key: by default `500` when the server records no
+    /// peer address (a setup error), `400` when a header is missing or
+    /// unusable.
+    NoKey {
+        /// What was missing.
+        error: &'a KeyError,
+    },
+    /// The request's cost is more than the limit can ever admit: waiting
+    /// will not help, so by default `400 Bad Request`, with no
+    /// `retry-after`.
+    CostTooHigh {
+        /// The rule whose capacity is exceeded.
+        policy: &'a str,
+        /// The cost and the capacity.
+        error: &'a CheckError,
+    },
+}
+
+/// Writes the layer's own answers; see
+/// [`RateLimitBuilder::responder`](super::RateLimitBuilder::responder).
+pub type Responder = Arc<dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync>;
+
+/// The default answer: an RFC 9457 `application/problem+json` body.
+///
+/// ```text
+/// HTTP/1.1 429 Too Many Requests
+/// content-type: application/problem+json
+///
+/// {"type":"about:blank","title":"Too Many Requests","status":429,
+///  "detail":"Rate limit \"hourly\" exceeded; retry after 3 seconds.",
+///  "policy":"hourly","retry_after":3}
+/// ```
+pub fn problem_response(rejection: &Rejection<'_>) -> Response<Bytes> {
+    let (status, detail, extra) = match rejection {
+        Rejection::Limited {
+            policy,
+            retry_after_secs,
+            ..
+        } => {
+            let unit = if *retry_after_secs == 1 {
+                "second"
+            } else {
+                "seconds"
+            };
+            let detail =
+                format!("Rate limit \"{policy}\" exceeded; retry after {retry_after_secs} {unit}.");
+            let extra = format!(
+                ",\"policy\":{},\"retry_after\":{retry_after_secs}",
+                json_string(policy)
+            );
+            (StatusCode::TOO_MANY_REQUESTS, detail, extra)
+        }
+        Rejection::NoKey { error } => {
+            let status = match error {
+                KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            let detail = format!("The rate limiter could not identify the client: {error}.");
+            (status, detail, String::new())
+        }
+        Rejection::CostTooHigh { policy, error } => {
+            let detail = format!("Rate limit \"{policy}\": {error}.");
+            let extra = format!(",\"policy\":{}", json_string(policy));
+            (StatusCode::BAD_REQUEST, detail, extra)
+        }
+    };
+    let title = status.canonical_reason().unwrap_or("Error");
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{}{extra}}}",
+        json_string(title),
+        status.as_u16(),
+        json_string(&detail),
+    );
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Which rate-limit headers the layer writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeaderOptions {
+    pub(crate) x_ratelimit: bool,
+    pub(crate) ietf: bool,
+    pub(crate) reset: ResetFormat,
+}
+
+impl Default for HeaderOptions {
+    fn default() -> Self {
+        HeaderOptions {
+            x_ratelimit: true,
+            ietf: true,
+            reset: ResetFormat::UnixSeconds,
+        }
+    }
+}
+
+// Built at compile time: `from_static` is const, so no name is parsed per
+// response.
+const LIMIT: HeaderName = HeaderName::from_static(X_RATELIMIT_LIMIT);
+const REMAINING: HeaderName = HeaderName::from_static(X_RATELIMIT_REMAINING);
+const RESET: HeaderName = HeaderName::from_static(X_RATELIMIT_RESET);
+const USED: HeaderName = HeaderName::from_static(X_RATELIMIT_USED);
+const POLICY: HeaderName = HeaderName::from_static(RATELIMIT_POLICY);
+const STATE: HeaderName = HeaderName::from_static(RATELIMIT);
+
+/// Adds `report`'s headers to `headers`; `retry-after` too when `denied`
+/// (a 429 is being sent, not a shadow-mode pass).
+pub(crate) fn write_headers(
+    headers: &mut HeaderMap,
+    report: &Report,
+    options: &HeaderOptions,
+    denied: bool,
+) {
+    let binding = &report.binding().fields;
+    // Up to seven fields: one growth of the map instead of several.
+    headers.reserve(7);
+    if options.x_ratelimit {
+        let unix_now = match options.reset {
+            ResetFormat::DeltaSeconds => 0,
+            // A clock set before 1970 gives 0: a reset "in the past" rather
+            // than a panic.
+            ResetFormat::UnixSeconds => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        };
+        let pairs = [
+            (LIMIT, u64::from(binding.limit())),
+            (REMAINING, u64::from(binding.remaining())),
+            (RESET, binding.reset_value(options.reset, unix_now)),
+            (USED, u64::from(binding.used())),
+        ];
+        for (name, value) in pairs {
+            headers.insert(name, HeaderValue::from(value));
+        }
+    }
+    if options.ietf {
+        // One rule: its policy item was built with the rule (a shared
+        // buffer, nothing copied); several are joined.
+        let policy = match report.policies.as_slice() {
+            [only] => Some(only.policy.clone()),
+            _ => HeaderValue::from_str(&join(report, |p, out| {
+                out.push_str(p.policy.to_str().unwrap_or(""));
+            }))
+            .ok(),
+        };
+        let state = join(report, |p, out| out.push_str(&p.fields.state_item(&p.name)));
+        // The items are printable ASCII by construction (names are
+        // escaped); a value that still fails is left out, not a panic.
+        if let Some(value) = policy {
+            headers.insert(POLICY, value);
+        }
+        if let Ok(value) = HeaderValue::from_str(&state) {
+            headers.insert(STATE, value);
+        }
+    }
+    if denied {
+        let secs = report.retry_after_secs.unwrap_or(1).max(1);
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+}
+
+/// The policies' items, `, `-separated (a Structured Field list).
+fn join(report: &Report, item: impl Fn(&super::decide::PolicyState, &mut String)) -> String {
+    let mut out = String::new();
+    for (i, policy) in report.policies.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        item(policy, &mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_escape() {
+        assert_eq!(json_string("a\"b\\c\n"), r#""a\"b\\c\u000a""#);
+    }
+
+    #[test]
+    fn problem_bodies() {
+        let fields = RateLimitFields::new(
+            &crate::Decision::deny(1, 0, 0, 0),
+            &crate::Quota::per_second(1).unwrap(),
+        );
+        let r = problem_response(&Rejection::Limited {
+            tier: "t",
+            policy: "p\"",
+            retry_after_secs: 1,
+            fields: &fields,
+        });
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+        assert_eq!(
+            r.body(),
+            r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit \"p\"\" exceeded; retry after 1 second.","policy":"p\"","retry_after":1}"#
+        );
+        let r = problem_response(&Rejection::NoKey {
+            error: &KeyError::NoPeerAddress,
+        });
+        assert_eq!(r.status(), 500);
+        let r = problem_response(&Rejection::NoKey {
+            error: &KeyError::MissingHeader(http::header::AUTHORIZATION),
+        });
+        assert_eq!(r.status(), 400);
+    }
+}
