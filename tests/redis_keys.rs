@@ -113,6 +113,9 @@ fn prefixes_with_braces_are_typed_errors() {
     });
 }
 
+/// Where a limiter keeps a user key's state: its Redis keys.
+type Layout<'a> = Box<dyn Fn(&str) -> Vec<String> + 'a>;
+
 /// Arbitrary keys: braces, colons, percent signs, NUL, any Unicode, the
 /// empty key and very long keys.
 fn user_keys() -> impl Strategy<Value = Vec<String>> {
@@ -184,7 +187,7 @@ fn any_key_gets_one_slot_and_its_own_redis_keys_on_a_cluster() {
     runner
         .run(&user_keys(), |keys| {
             let distinct: HashSet<&String> = keys.iter().collect();
-            let layouts: Vec<(&str, Box<dyn Fn(&str) -> Vec<String>>)> = vec![
+            let layouts: Vec<(&str, Layout)> = vec![
                 ("token bucket", Box::new(|k| tb.redis_keys(k))),
                 ("fixed window", Box::new(|k| fw.redis_keys(k))),
                 ("sliding window counter", Box::new(|k| swc.redis_keys(k))),

@@ -439,7 +439,7 @@ pub async fn ttls_cover_the_time_to_idle<A: RedisAlgorithm>(
         let ttl = d.reset_after_nanos().div_ceil(1_000_000).max(1);
         for (key, &present) in limiter.redis_keys("u").iter().zip(keys) {
             let at: i64 = server
-                .cli(&["PEXPIRETIME", &key])
+                .cli(&["PEXPIRETIME", key])
                 .unwrap()
                 .trim()
                 .parse()
