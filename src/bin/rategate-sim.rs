@@ -36,7 +36,7 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_SEED)]
         seed: u64,
     },
-    /// Replay a log (CSV time,key[,cost] or nginx combined; "-" for stdin).
+    /// Replay a log (CSV `time,key[,cost]` or nginx combined; "-" for stdin).
     Replay {
         /// The log file.
         file: PathBuf,
