@@ -1,6 +1,11 @@
 //! Decisions per second against a local Redis, with 1, 16 and 64 concurrent
-//! tasks, beside what `redis-benchmark` reports for `EVALSHA` of a trivial
-//! script on the same server (the ceiling for one script call per decision).
+//! tasks, side by side with what `redis-benchmark` reports on the same
+//! server with as many clients: `EVALSHA` of a trivial script (`return 1`,
+//! the ceiling for one script call per request), and `EVALSHA` of the token
+//! bucket script itself with the limiter's arguments on random keys (the
+//! same work per call). The limiter and `redis-benchmark` take turns, three
+//! times per row, and the table gives the medians and their ratios, so that
+//! a noisy machine moves both sides alike.
 //!
 //! Starts its own `redis-server` on a free loopback port and stops it at the
 //! end. Run with:
@@ -12,7 +17,7 @@
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
 
-use rategate::redis::{RedisLimiter, Source, TimeSource};
+use rategate::redis::{RedisAlgorithm, RedisLimiter, Source, TimeSource};
 use rategate::{Quota, TokenBucket};
 use redis_server::RedisServer;
 use std::process::Command;
@@ -20,7 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const RUN: Duration = Duration::from_secs(3);
+const RUN: Duration = Duration::from_secs(2);
+/// Turns per row.
+const TURNS: usize = 3;
 
 async fn measure(limiter: &RedisLimiter<TokenBucket>, tasks: usize) -> (f64, Vec<Duration>) {
     let done = Arc::new(AtomicU64::new(0));
@@ -54,20 +61,41 @@ async fn measure(limiter: &RedisLimiter<TokenBucket>, tasks: usize) -> (f64, Vec
     (per_sec, latencies)
 }
 
-fn redis_benchmark(server: &RedisServer, clients: usize) -> Option<String> {
-    let sha = server.cli(&["SCRIPT", "LOAD", "return 1"])?;
+/// Requests per second `redis-benchmark` reports for `args` with `clients`
+/// connections (`-r` for `__rand_int__` keys), or `None` without it.
+fn redis_benchmark(
+    server: &RedisServer,
+    clients: usize,
+    requests: usize,
+    args: &[String],
+) -> Option<f64> {
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
-        .args(["-n", "200000", "-c", &clients.to_string(), "-q"])
-        .args(["EVALSHA", sha.trim(), "0"])
+        .args([
+            "-n",
+            &requests.to_string(),
+            "-c",
+            &clients.to_string(),
+            "-q",
+        ])
+        .args(["-r", "10000"])
+        .args(args)
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     // `-q` prints "EVALSHA ...: 123456.79 requests per second, p50=..."
-    text.lines()
+    let line = text
+        .lines()
         .rev()
-        .find(|l| l.contains("requests per second"))
-        .map(|l| l.rsplit('\r').next().unwrap_or(l).trim().to_owned())
+        .find(|l| l.contains("requests per second"))?;
+    let line = line.rsplit('\r').next().unwrap_or(line);
+    let (_, rest) = line.rsplit_once(": ")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn main() {
@@ -87,8 +115,32 @@ fn main() {
             .await
             .unwrap()
     });
+    let trivial = server
+        .cli(&["SCRIPT", "LOAD", "return 1"])
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let bucket = server
+        .cli(&["SCRIPT", "LOAD", <TokenBucket as RedisAlgorithm>::SCRIPT])
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    // The limiter's own call: one key (random among 10,000), server time,
+    // cost 1, the quota's parameters in microseconds.
+    let mut same_work = vec![
+        "EVALSHA".to_owned(),
+        bucket,
+        "1".to_owned(),
+        limiter.redis_keys("user-__rand_int__")[0].clone(),
+        "-1".to_owned(),
+        "1".to_owned(),
+    ];
+    for param in TokenBucket::script_params(&quota, 1_000).unwrap() {
+        same_work.push(param.to_string());
+    }
+    let trivial_args = vec!["EVALSHA".to_owned(), trivial, "0".to_owned()];
     println!(
-        "rategate RedisLimiter<TokenBucket> on redis-server {} (127.0.0.1, one multiplexed connection), {} s per row",
+        "rategate RedisLimiter<TokenBucket> on redis-server {} (127.0.0.1, one multiplexed connection, concurrent decisions batched into one script call), {} turns of {} s per row, medians",
         server
             .cli(&["INFO", "server"])
             .and_then(|i| i
@@ -96,22 +148,47 @@ fn main() {
                 .find(|l| l.starts_with("redis_version:"))
                 .map(|l| l[14..].trim().to_owned()))
             .unwrap_or_default(),
+        TURNS,
         RUN.as_secs()
     );
     println!();
     println!(
-        "| concurrent tasks | decisions/s | p50 latency | p99 latency | redis-benchmark EVALSHA `return 1` (same clients) |"
+        "| concurrent tasks | decisions/s | p50 latency | p99 latency | redis-benchmark EVALSHA `return 1`/s | ratio | redis-benchmark EVALSHA token bucket/s | ratio |"
     );
-    println!("|---:|---:|---:|---:|---|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for tasks in [1, 16, 64] {
-        let (per_sec, lat) = runtime.block_on(measure(&limiter, tasks));
+        let (mut ours, mut ceiling, mut same) = (Vec::new(), Vec::new(), Vec::new());
+        let mut lat = Vec::new();
+        for _ in 0..TURNS {
+            let (per_sec, latencies) = runtime.block_on(measure(&limiter, tasks));
+            ours.push(per_sec);
+            lat.extend(latencies);
+            // About as long as our turn.
+            let requests = ((per_sec * RUN.as_secs_f64()) as usize).max(10_000);
+            if let Some(r) = redis_benchmark(&server, tasks, requests, &trivial_args) {
+                ceiling.push(r);
+            }
+            if let Some(r) = redis_benchmark(&server, tasks, requests, &same_work) {
+                same.push(r);
+            }
+        }
+        lat.sort_unstable();
         let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
-        let ceiling =
-            redis_benchmark(&server, tasks).unwrap_or_else(|| "redis-benchmark not found".into());
+        let ours = median(ours);
+        let column = |values: Vec<f64>| {
+            if values.is_empty() {
+                "redis-benchmark not found | -".to_owned()
+            } else {
+                let m = median(values);
+                format!("{m:.0} | {:.2}", ours / m)
+            }
+        };
         println!(
-            "| {tasks} | {per_sec:.0} | {:.0?} | {:.0?} | {ceiling} |",
+            "| {tasks} | {ours:.0} | {:.0?} | {:.0?} | {} | {} |",
             pct(0.50),
-            pct(0.99)
+            pct(0.99),
+            column(ceiling),
+            column(same)
         );
     }
 }

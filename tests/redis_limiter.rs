@@ -373,3 +373,54 @@ fn full_local_cache_still_caches_new_denials() {
         assert_eq!(limiter.check("k0").await.unwrap().source(), Source::Redis);
     });
 }
+
+/// Concurrent decisions on one server share script calls (batched, with
+/// one server `TIME` reading per batch): 64 tasks over 4 keys at 25 an
+/// hour still admit exactly 25 per key, and every decision is Redis's.
+#[test]
+fn concurrent_decisions_are_batched_and_stay_exact() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&server.url())
+            .prefix("batched")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut admitted = [0u32; 4];
+                    for i in 0..20 {
+                        let key = (t + i) % 4;
+                        let d = limiter.check(&format!("k{key}")).await.unwrap();
+                        assert_eq!(d.source(), Source::Redis);
+                        admitted[key] += u32::from(d.is_allowed());
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut total = [0u32; 4];
+        for task in tasks {
+            for (sum, n) in total.iter_mut().zip(task.await.unwrap()) {
+                *sum += n;
+            }
+        }
+        assert_eq!(total, [25; 4]);
+        assert_eq!(limiter.stats().redis, 64 * 20);
+        // Fewer script calls than decisions: they were shared.
+        let stats = server.cli(&["INFO", "commandstats"]).unwrap();
+        let calls: u64 = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(calls > 0 && calls < 64 * 20, "{calls} script calls");
+    });
+}

@@ -1,5 +1,6 @@
 //! The Redis-backed keyed limiter.
 
+use super::batch::{Batcher, batch_script};
 use super::cache::DenialCache;
 use super::connection::{Connection, Target, connect, share_limiter};
 use super::key::{KeySpace, quota_segment};
@@ -169,6 +170,9 @@ struct Inner<A: RedisAlgorithm, C: Clock> {
     client_time: bool,
     clock: C,
     connection: Connection,
+    /// Single server: concurrent decisions share script calls (see
+    /// `batch.rs`); `None` on a Cluster.
+    batcher: Option<Batcher>,
     prefix: String,
     /// Where this limiter's keys live in Redis.
     keys: KeySpace,
@@ -307,8 +311,18 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let policy = format!("{}:{unit}", quota_segment(&self.quota));
         let keys = KeySpace::new(&self.prefix, &policy)?;
         let script = redis::Script::new(A::SCRIPT);
+        let batch = redis::Script::new(&batch_script(A::SCRIPT));
         let timeout = self.timeout;
-        let connection = connect(self.target, timeout, &[&script]).await?;
+        let connection = connect(self.target, timeout, &[&script, &batch]).await?;
+        let batcher = match &connection {
+            Connection::Single(manager) => Some(Batcher::start(
+                manager.clone(),
+                batch,
+                params.clone(),
+                timeout,
+            )),
+            Connection::Cluster(_) => None,
+        };
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 algorithm,
@@ -319,6 +333,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
                 client_time,
                 clock: self.clock,
                 connection,
+                batcher,
                 prefix: self.prefix,
                 keys,
                 timeout,
@@ -404,6 +419,9 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         } else {
             -1
         };
+        if let Some(batcher) = &inner.batcher {
+            return self.call_batched(batcher, key, now_arg, cost).await;
+        }
         let mut invocation = inner.script.prepare_invoke();
         for suffix in A::KEY_SUFFIXES {
             invocation.key(inner.keys.key(key, suffix));
@@ -430,6 +448,25 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
                     RedisError::Redis(e)
                 }
             })?;
+        self.decode(&reply)
+    }
+
+    /// Queues the decision with the others waiting (see `batch.rs`).
+    async fn call_batched(
+        &self,
+        batcher: &Batcher,
+        key: &str,
+        now_arg: i64,
+        cost: u32,
+    ) -> Result<Decision, RedisError> {
+        let inner = &*self.inner;
+        let keys = A::KEY_SUFFIXES
+            .iter()
+            .map(|suffix| inner.keys.key(key, suffix))
+            .collect();
+        let reply = tokio::time::timeout(inner.timeout, batcher.call(keys, now_arg, cost))
+            .await
+            .map_err(|_| RedisError::Timeout)??;
         self.decode(&reply)
     }
 

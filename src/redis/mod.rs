@@ -4,7 +4,9 @@
 //! * [`RedisLimiter`]: async, keyed, on a single Redis or a Redis Cluster;
 //!   [`BlockingRedisLimiter`] for synchronous callers.
 //! * Scripts are loaded once and called by SHA (`EVALSHA`), reloaded
-//!   transparently after `NOSCRIPT` (a restart or `SCRIPT FLUSH`).
+//!   transparently after `NOSCRIPT` (a restart or `SCRIPT FLUSH`). On a
+//!   single server, decisions waiting at the same moment share one script
+//!   call (the script looped over them, atomically, in arrival order).
 //! * [`TimeSource::Server`] (default): scripts read the server's `TIME` in
 //!   microseconds, so app servers with skewed clocks agree.
 //!   [`TimeSource::Client`]: the caller's clock in nanoseconds, for tests and
@@ -32,6 +34,7 @@
 
 mod algorithm;
 mod algorithms;
+mod batch;
 mod cache;
 mod connection;
 mod error;
