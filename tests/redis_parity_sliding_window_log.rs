@@ -186,9 +186,21 @@ fn known_traces() {
         assert_eq!(d.retry_after_nanos(), 150);
         assert!(!check(1_099, 1).await.is_allowed());
         assert!(check(1_100, 2).await.is_allowed());
+        // A probe (cost 0) writes nothing, as in memory: it neither moves
+        // the log's clock nor drops entries.
+        let members = || {
+            let out = server
+                .cli(&["ZRANGE", &redis.redis_keys("k")[0], "0", "-1", "WITHSCORES"])
+                .unwrap();
+            out.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let before = members();
         assert!(check(1_300, 0).await.is_allowed());
-        // A reading back at 1 150 counts as 1 300.
-        let d = check(1_150, 2).await;
+        assert_eq!(members(), before);
+        // A check at 1 300 drops what expired then; a reading back at 1 150
+        // counts as 1 300.
+        assert!(check(1_300, 1).await.is_allowed());
+        let d = check(1_150, 1).await;
         assert!(d.is_allowed());
         assert_eq!(d.reset_after_nanos(), 250);
         // One sorted set: the entry at 1 300 (cost 2) and the state member.

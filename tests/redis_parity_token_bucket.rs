@@ -93,10 +93,10 @@ fn ttls_last_until_the_state_is_idle() {
     let steps: &[(u64, u32, &[bool])] = &[
         (0, 1, &[true]),
         (0, 2, &[true]),
-        // Cost 0 writes too (max(TAT, now), as in memory).
-        (s, 0, &[true]),
+        // Cost 0 is a probe and writes nothing, as in memory.
+        (s, 0, &[]),
         (3 * s, 1, &[true]),
-        // Full again: a cost-0 admission sets the 1 ms minimum.
+        // Full again: a cost-0 probe, nothing written.
         (100 * s, 0, &[]),
         (0, 5, &[true]),
         (0, 1, &[]),

@@ -171,7 +171,9 @@ local function reset_after(cur, prev)
   return 0
 end
 
-if estimate + cost <= limit then
+-- Cost 0 is a probe, as in memory: admitted even when a clock that stepped
+-- back sees the previous count at full weight, and nothing is written.
+if estimate + cost <= limit or cost == 0 then
   if cost > 0 then
     local ttl = ttl_ms(start + 2 * period - now)
     local slot = window % 2
@@ -186,7 +188,7 @@ if estimate + cost <= limit then
       redis.call('DEL', other)
     end
   end
-  return {1, limit, limit - estimate - cost, reset_after(current + cost, previous), 0, 0}
+  return {1, limit, math.max(limit - estimate - cost, 0), reset_after(current + cost, previous), 0, 0}
 end
 
 -- The earliest time at which the same cost passes if nothing else arrives.

@@ -107,7 +107,12 @@ if #expired > 0 then
   for _, member in ipairs(expired) do
     used = used - cost_of(member)
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  -- Cost 0 is a probe, as in memory: it writes nothing (not even the
+  -- expiry of old entries or the log's clock), so a clock that steps back
+  -- afterwards sees the log as it was.
+  if cost > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+  end
 end
 
 -- The newest live entry: the member just below the one at +inf.
@@ -150,6 +155,9 @@ end
 
 -- Store the latest reading and the sum; the TTL covers the time until the
 -- newest entry leaves the window (reset_after), when the state is idle.
+if cost == 0 then
+  return result
+end
 local new_head = string.format('~%d:%d', at, used)
 if new_head ~= head then
   if head then

@@ -69,10 +69,14 @@ end
 -- base + cost x interval <= max(tat, now) + tau < 2^53.
 local new_tat = base + cost * interval
 local ahead = new_tat - now
-if ahead <= tau then
-  local remaining = floordiv(tau - ahead, interval)
-  -- Idle (full again) once now reaches the new TAT, `ahead` ticks on.
-  redis.call('SET', KEYS[1], new_tat, 'PX', ttl_ms(ahead))
+-- Cost 0 is a probe, as in memory: admitted whatever the state (even after
+-- a step back put `ahead` past tau), and nothing is written.
+if ahead <= tau or cost == 0 then
+  local remaining = floordiv(math.max(tau - ahead, 0), interval)
+  if cost > 0 then
+    -- Idle (full again) once now reaches the new TAT, `ahead` ticks on.
+    redis.call('SET', KEYS[1], new_tat, 'PX', ttl_ms(ahead))
+  end
   return {1, capacity, remaining, ahead, 0, 0}
 end
 local used = base - now
