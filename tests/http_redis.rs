@@ -124,3 +124,60 @@ async fn an_async_rule_must_stand_alone() {
     );
     assert!(error.to_string().contains("only rule"));
 }
+
+/// The synced and leased limiters decide locally behind the layer (their
+/// background tasks talk to Redis): one app server admits exactly the
+/// quota, then answers 429 with the rate-limit headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_and_leased_limiters_behind_the_layer() {
+    use rategate::redis::{LeasedLimiter, SyncedLimiter};
+    let server = RedisServer::start();
+    let quota = Quota::per_hour(4).unwrap();
+    let synced = Arc::new(
+        SyncedLimiter::<FixedWindow>::builder(quota)
+            .url(&server.url())
+            .prefix("http-synced")
+            .timeout(Duration::from_millis(200))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let leased = Arc::new(
+        LeasedLimiter::builder(quota)
+            .url(&server.url())
+            .prefix("http-leased")
+            .timeout(Duration::from_millis(200))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let rules = [
+        Rule::new_async("synced", Arc::clone(&synced)),
+        Rule::new_async("leased", Arc::clone(&leased)),
+    ];
+    for rule in rules {
+        let name = rule.name().to_string();
+        let layer = RateLimitLayer::new(
+            KeyExtractor::header(http::HeaderName::from_static("x-api-key")),
+            rule,
+        );
+        let router = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone());
+        let mut client = Client::connect(serve(router).await).await;
+        let key = [("x-api-key", "acct-1")];
+        let mut statuses = Vec::new();
+        for _ in 0..6 {
+            let r = client.send("GET", "/", &key).await;
+            if r.status == 200 {
+                assert_eq!(r.num("x-ratelimit-limit"), 4, "{name}: {r:?}");
+            } else {
+                assert!(r.num("retry-after") >= 1, "{name}: {r:?}");
+            }
+            statuses.push(r.status.as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 200, 200, 429, 429], "{name}");
+        let stats = layer.stats();
+        assert_eq!((stats.allowed, stats.limited), (4, 2), "{name}");
+    }
+}

@@ -20,7 +20,7 @@
 //!   request are checked all or nothing with [`AllOf`](crate::policy::AllOf).
 //!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
 //!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
-//!   when Redis cannot).
+//!   when Redis cannot, and the synced and leased limiters).
 //! * Answers: 429 with `retry-after` (whole seconds, rounded up, never 0)
 //!   and an RFC 9457 problem body ([`problem_response`]), replaceable
 //!   ([`Rejection`]).

@@ -75,8 +75,9 @@ impl<A: Algorithm, C: Clock> Backend for RateLimiter<A, C> {
 /// The future an [`AsyncBackend`] returns.
 pub type BackendFuture = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
 
-/// A limiter the layer awaits (a Redis limiter): one round trip per
-/// decision, so its path boxes a future.
+/// A limiter the layer awaits (a Redis limiter: one round trip per
+/// decision; or a synced or leased limiter, which decide locally and return
+/// a ready future), so its path boxes a future.
 ///
 /// A backend that cannot reach its store decides by its own policy (the
 /// Redis limiter's `StoreDown`), so the layer never sees a store error.
@@ -104,6 +105,52 @@ where
 
     fn quota(&self) -> Quota {
         *crate::redis::RedisLimiter::quota(self)
+    }
+}
+
+/// The synced limiter decides locally (its background task syncs with
+/// Redis), so its future is ready at once.
+#[cfg(feature = "redis")]
+impl<A, C> AsyncBackend for crate::redis::SyncedLimiter<A, C>
+where
+    A: crate::redis::SyncAlgorithm,
+    C: Clock,
+{
+    fn check_n(&self, key: String, cost: u32) -> BackendFuture {
+        Box::pin(std::future::ready(crate::redis::SyncedLimiter::check_n(
+            self, &key, cost,
+        )))
+    }
+
+    fn quota(&self) -> Quota {
+        *crate::redis::SyncedLimiter::quota(self)
+    }
+}
+
+/// The leased limiter decides locally within the slices it leases from
+/// Redis; a key whose slice cannot cover the request (its first request on
+/// this node) waits for one renewal round trip
+/// ([`acquire_n`](crate::redis::LeasedLimiter::acquire_n)).
+#[cfg(feature = "redis")]
+impl<C: Clock> AsyncBackend for crate::redis::LeasedLimiter<C> {
+    fn check_n(&self, key: String, cost: u32) -> BackendFuture {
+        let limiter = self.clone();
+        Box::pin(async move { limiter.acquire_n(&key, cost).await })
+    }
+
+    fn quota(&self) -> Quota {
+        *crate::redis::LeasedLimiter::quota(self)
+    }
+}
+
+/// A shared handle: keep one to read the limiter's statistics or stop it.
+impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
+    fn check_n(&self, key: String, cost: u32) -> BackendFuture {
+        (**self).check_n(key, cost)
+    }
+
+    fn quota(&self) -> Quota {
+        (**self).quota()
     }
 }
 
