@@ -44,6 +44,8 @@ struct Entry {
 
 #[derive(Debug)]
 enum Wake {
+    // Woken by async waiters only (feature `tokio`).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     Task(Waker),
     Thread(Thread),
 }
@@ -132,6 +134,7 @@ pub(crate) struct Place {
 
 impl Place {
     /// Ready once this place is at the front of the queue.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn poll_head(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut inner = self.queue.inner.lock();
         if inner.places.front().map(|e| e.ticket) == Some(self.ticket) {
