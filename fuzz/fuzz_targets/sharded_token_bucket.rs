@@ -9,15 +9,9 @@
 use libfuzzer_sys::fuzz_target;
 use rategate::{Quota, Sharded, TokenBucket};
 use rategate_fuzz::models::token_bucket::ModelBucket;
-use rategate_fuzz::{Target, run};
+use rategate_fuzz::{Target, bucket_params as params, run};
 
 struct Spec;
-
-fn params(quota: &Quota) -> (u64, u64) {
-    let interval = quota.emission_interval_nanos();
-    let capacity = u64::from(quota.burst_or(quota.limit()));
-    (interval, capacity)
-}
 
 impl Target for Spec {
     type Alg = Sharded<TokenBucket, 3>;

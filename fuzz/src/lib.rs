@@ -588,3 +588,11 @@ pub fn bits_for(n: u32) -> u32 {
 pub fn windows_between(period: u64, first: u64, latest: u64) -> u128 {
     u128::from((latest / period).saturating_sub(first / period)) + 1
 }
+
+/// A token bucket's emission interval and capacity (burst, by default the
+/// limit), for the token-bucket targets' bounds.
+pub fn bucket_params(quota: &Quota) -> (u64, u64) {
+    let interval = quota.emission_interval_nanos();
+    let capacity = u64::from(quota.burst_or(quota.limit()));
+    (interval, capacity)
+}

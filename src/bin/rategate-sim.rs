@@ -10,7 +10,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use rategate::sim::replay::{LogFormat, ReplayOptions, replay, replay_file};
-use rategate::sim::{Policy, SimError, sample, simulate, write_report};
+use rategate::sim::{Policy, SimError, sample, simulate, text_table, write_report};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -171,30 +171,4 @@ fn run(cli: Cli) -> Result<(), SimError> {
             .map_err(io)
         }
     }
-}
-
-fn text_table(table: &[Vec<String>]) -> String {
-    let cols = table.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            table
-                .iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in table {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(s, w)| format!("{s:<w$}"))
-            .collect();
-        out.push_str("  ");
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }

@@ -38,7 +38,7 @@ pub mod scenarios;
 
 pub use error::SimError;
 pub use policy::{AlgorithmName, Policy};
-pub use report::{Simulation, simulate, write_report};
+pub use report::{Simulation, simulate, text_table, write_report};
 pub use rng::SplitMix64;
 pub use scenarios::Scenario;
 

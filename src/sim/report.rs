@@ -51,8 +51,16 @@ pub fn write_report(sim: &Simulation, dir: &Path) -> Result<Vec<PathBuf>, SimErr
     Ok(written)
 }
 
-/// A plain-text rendering of a table, columns padded.
-pub(crate) fn text_table(table: &[Vec<String>]) -> String {
+/// A plain-text rendering of a table (rows of cells, the first the header),
+/// columns padded, each line indented by two spaces.
+///
+/// # Examples
+///
+/// ```
+/// let table = vec![vec!["a".to_string(), "bb".to_string()], vec!["ccc".to_string(), "d".to_string()]];
+/// assert_eq!(rategate::sim::text_table(&table), "  a    bb\n  ccc  d\n");
+/// ```
+pub fn text_table(table: &[Vec<String>]) -> String {
     let cols = table.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
