@@ -3,8 +3,9 @@
 //! A limiter reads time as `u64` nanoseconds since its clock's origin, through
 //! the [`Clock`] trait. Three clocks ship with the crate:
 //!
-//! * [`QuantaClock`], the default: a TSC-backed [`quanta`] clock, clamped so
-//!   that time never goes backwards as seen by the limiter;
+//! * [`QuantaClock`], the default: a TSC-backed [`quanta`] clock on which no
+//!   thread ever sees time go backwards (the raw counter where the OS
+//!   vouches for its synchronization across cores, else clamped per thread);
 //! * [`StdClock`]: [`std::time::Instant`], for platforms where the TSC is not
 //!   trusted;
 //! * [`ManualClock`]: time moves only when a test says so; clones share one
@@ -66,23 +67,34 @@ impl Monotonic {
     }
 }
 
-/// The default clock: [`quanta`]'s TSC-backed clock, clamped to be monotonic.
+/// The default clock: [`quanta`]'s TSC-backed clock, monotonic on every
+/// thread.
 ///
-/// Reading the TSC costs a few nanoseconds, far less than a system call. A
-/// TSC read on one core can be slightly earlier than one read just before on
-/// another core, so a thread that migrates between cores could see time step
-/// back (governor's issue 299). Two clamps are offered:
+/// Reading the TSC costs a few nanoseconds, far less than a system call. On
+/// a machine whose TSCs are not synchronized, a reading on one core can be
+/// slightly earlier than one taken just before on another core, so a thread
+/// that migrates between cores could see time step back (governor's issue
+/// 299). What each constructor guarantees:
 ///
-/// * [`QuantaClock::new`] (the default) keeps a per-thread high-water mark of
-///   the raw counter: no thread ever sees time go back, and a reading costs no
-///   shared write. Across threads no clock can do better than this anyway:
-///   between reading the clock and applying the decision a thread can be
-///   overtaken, so decisions on one key may arrive out of clock order, and
-///   every algorithm treats a time earlier than its state's as no time
-///   elapsed (never granting extra).
-/// * [`QuantaClock::strict`] also keeps a high-water mark shared by all
-///   threads, so readings are totally ordered across threads; it costs an
-///   atomic read-modify-write on one shared cache line per advancing reading.
+/// * [`QuantaClock::new`] (the default): no thread ever sees time go back.
+///   Where the operating system vouches for the counter (on Linux, the
+///   kernel's own clocksource is `tsc`, which the kernel keeps only after
+///   checking that every CPU's TSC is synchronized, and which its
+///   `CLOCK_MONOTONIC` then relies on), readings are the raw counter,
+///   monotonic across cores, and cost nothing more. Elsewhere it keeps a
+///   per-thread high-water mark of the counter (a thread-local read and
+///   write per reading, no shared write). The check is made once per
+///   process, when the first clock is built.
+/// * [`QuantaClock::per_thread`]: always the per-thread mark.
+/// * [`QuantaClock::strict`]: a high-water mark shared by all threads, so
+///   readings are totally ordered across threads; it costs an atomic
+///   read-modify-write on one shared cache line per advancing reading.
+///
+/// Across threads no clock can do more for a limiter than the first two:
+/// between reading the clock and applying its decision a thread can be
+/// overtaken, so decisions on one key may arrive out of clock order, and
+/// every algorithm treats a time earlier than its state's as no time
+/// elapsed (never granting extra).
 ///
 /// Clones share the origin (and the shared mark).
 ///
@@ -105,8 +117,32 @@ pub struct QuantaClock {
 struct QuantaInner {
     clock: quanta::Clock,
     origin: u64,
-    /// `Some` for [`QuantaClock::strict`].
-    shared: Option<Monotonic>,
+    clamp: Clamp,
+}
+
+/// How a [`QuantaClock`] keeps its readings monotonic.
+#[derive(Debug)]
+enum Clamp {
+    /// The counter itself is monotonic across cores (the OS vouches for it).
+    None,
+    /// A per-thread high-water mark of the raw counter.
+    PerThread,
+    /// A high-water mark shared by all threads.
+    Shared(Monotonic),
+}
+
+/// Whether the operating system keeps its own monotonic clock on the TSC,
+/// which it does only once it has checked that the TSCs of all CPUs are
+/// synchronized. Read once per process.
+fn counter_is_synchronized() -> bool {
+    static SYNCHRONIZED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SYNCHRONIZED.get_or_init(|| {
+        cfg!(target_os = "linux")
+            && std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .is_ok_and(|source| source.trim() == "tsc")
+    })
 }
 
 #[cfg(not(rategate_loom))]
@@ -118,33 +154,44 @@ std::thread_local! {
 }
 
 impl QuantaClock {
-    /// A new clock whose origin is now, clamped per thread.
+    /// A new clock whose origin is now, monotonic on every thread: the raw
+    /// counter where the OS vouches for it, else clamped per thread.
     pub fn new() -> Self {
-        Self::build(None)
+        let clamp = if counter_is_synchronized() {
+            Clamp::None
+        } else {
+            Clamp::PerThread
+        };
+        Self::build(clamp)
+    }
+
+    /// A new clock whose origin is now, clamped per thread whatever the OS
+    /// says about the counter.
+    pub fn per_thread() -> Self {
+        Self::build(Clamp::PerThread)
     }
 
     /// A new clock whose origin is now, clamped by a high-water mark shared
     /// by all threads (readings totally ordered across threads).
     pub fn strict() -> Self {
-        Self::build(Some(Monotonic::default()))
+        Self::build(Clamp::Shared(Monotonic::default()))
     }
 
-    fn build(shared: Option<Monotonic>) -> Self {
+    fn build(clamp: Clamp) -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.raw();
         QuantaClock {
             inner: Arc::new(QuantaInner {
                 clock,
                 origin,
-                shared,
+                clamp,
             }),
         }
     }
 
     #[cfg(not(rategate_loom))]
     #[inline]
-    fn thread_clamped_raw(&self) -> u64 {
-        let raw = self.inner.clock.raw();
+    fn thread_clamped(raw: u64) -> u64 {
         LAST_RAW.with(|last| {
             let clamped = raw.max(last.get());
             last.set(clamped);
@@ -153,8 +200,8 @@ impl QuantaClock {
     }
 
     #[cfg(rategate_loom)]
-    fn thread_clamped_raw(&self) -> u64 {
-        self.inner.clock.raw()
+    fn thread_clamped(raw: u64) -> u64 {
+        raw
     }
 }
 
@@ -168,14 +215,16 @@ impl Clock for QuantaClock {
     #[inline]
     fn now(&self) -> u64 {
         let inner = &*self.inner;
+        let mut raw = inner.clock.raw();
+        if let Clamp::PerThread = inner.clamp {
+            raw = Self::thread_clamped(raw);
+        }
         // A raw value below the origin (a lagging core just after creation)
         // gives 0: quanta saturates the delta.
-        let nanos = inner
-            .clock
-            .delta_as_nanos(inner.origin, self.thread_clamped_raw());
-        match &inner.shared {
-            None => nanos,
-            Some(mark) => mark.clamp(nanos),
+        let nanos = inner.clock.delta_as_nanos(inner.origin, raw);
+        match &inner.clamp {
+            Clamp::Shared(mark) => mark.clamp(nanos),
+            _ => nanos,
         }
     }
 }
@@ -368,7 +417,7 @@ mod tests {
     fn per_thread_clamp_survives_a_counter_step_back() {
         // Simulate a migration to a lagging core: the thread's mark is ahead
         // of what the counter now reads.
-        let clock = QuantaClock::new();
+        let clock = QuantaClock::per_thread();
         let ahead = clock.inner.clock.raw() + 1_000_000_000;
         LAST_RAW.with(|last| last.set(ahead));
         let a = clock.now();

@@ -1,5 +1,8 @@
 //! The outcome of a check, carrying everything HTTP headers need.
 
+use crate::algorithm::Divisor;
+use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 /// What a check decided, with the numbers a caller needs to answer it.
@@ -38,42 +41,80 @@ use std::time::Duration;
 /// assert!(headers.contains(&("retry-after", "1".to_string())));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// # Cost
+///
+/// A check fills a `Decision` with what its algorithm already computed;
+/// anything that needs more work is derived when asked for. The token
+/// bucket's `remaining` is a division (room left / emission interval), done
+/// by [`remaining`](Decision::remaining) rather than by the check, so a
+/// caller that only asks [`is_allowed`](Decision::is_allowed) never pays for
+/// it. Every accessor returns the same value whenever it is called, and two
+/// decisions are equal when every accessor agrees.
+#[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
     limit: u32,
-    /// At most `limit`.
-    remaining: u32,
+    /// `remaining` before the division by `per`: nanoseconds of room for the
+    /// token bucket, a count (with `per` one) for the others. The quotient
+    /// is at most `limit`.
+    room: u64,
+    per: Divisor,
     reset_after: u64,
-    /// Zero when allowed.
-    retry_after: u64,
-    delay: u64,
+    /// When allowed: the delay before the request proceeds (leaky bucket,
+    /// delay mode). When denied: the retry time. The two never coexist.
+    wait: u64,
 }
 
 impl Decision {
     /// An admitted request.
     #[inline]
     pub(crate) fn allow(limit: u32, remaining: u32, reset_after: u64) -> Decision {
+        Decision::allow_per(limit, u64::from(remaining), Divisor::ONE, reset_after)
+    }
+
+    /// An admitted request whose `remaining` is `room / per` (computed when
+    /// asked for).
+    #[inline]
+    pub(crate) fn allow_per(limit: u32, room: u64, per: Divisor, reset_after: u64) -> Decision {
         Decision {
             allowed: true,
             limit,
-            remaining,
+            room,
+            per,
             reset_after,
-            retry_after: 0,
-            delay: 0,
+            wait: 0,
         }
     }
 
     /// A rejected request.
     #[inline]
     pub(crate) fn deny(limit: u32, remaining: u32, reset_after: u64, retry_after: u64) -> Decision {
+        Decision::deny_per(
+            limit,
+            u64::from(remaining),
+            Divisor::ONE,
+            reset_after,
+            retry_after,
+        )
+    }
+
+    /// A rejected request whose `remaining` is `room / per`.
+    #[inline]
+    pub(crate) fn deny_per(
+        limit: u32,
+        room: u64,
+        per: Divisor,
+        reset_after: u64,
+        retry_after: u64,
+    ) -> Decision {
         Decision {
             allowed: false,
             limit,
-            remaining,
+            room,
+            per,
             reset_after,
-            retry_after,
-            delay: 0,
+            wait: retry_after,
         }
     }
 
@@ -90,10 +131,10 @@ impl Decision {
         Decision {
             allowed,
             limit,
-            remaining,
+            room: u64::from(remaining),
+            per: Divisor::ONE,
             reset_after,
-            retry_after,
-            delay,
+            wait: if allowed { delay } else { retry_after },
         }
     }
 
@@ -101,7 +142,24 @@ impl Decision {
     #[inline]
     #[allow(dead_code)] // used by the leaky bucket's delay mode
     pub(crate) fn with_delay(self, delay: u64) -> Decision {
-        Decision { delay, ..self }
+        debug_assert!(self.allowed, "only an admitted request is delayed");
+        Decision {
+            wait: if self.allowed { delay } else { self.wait },
+            ..self
+        }
+    }
+
+    /// Every field as the accessors report it: what equality, hashing and
+    /// `Debug` look at.
+    fn fields(&self) -> (bool, u32, u32, u64, u64, u64) {
+        (
+            self.allowed,
+            self.limit,
+            self.remaining(),
+            self.reset_after,
+            self.retry_after_nanos(),
+            self.delay_nanos(),
+        )
     }
 
     /// Whether the request may pass.
@@ -119,7 +177,9 @@ impl Decision {
     /// Requests of cost 1 that could pass right after this decision.
     #[inline]
     pub fn remaining(&self) -> u32 {
-        self.remaining
+        // At most `limit` by construction; saturate rather than wrap if an
+        // algorithm ever broke that.
+        u32::try_from(self.per.divide(self.room)).unwrap_or(u32::MAX)
     }
 
     /// Time until the limiter is as if this key had never been seen.
@@ -138,26 +198,26 @@ impl Decision {
     /// zero when allowed.
     #[inline]
     pub fn retry_after(&self) -> Duration {
-        Duration::from_nanos(self.retry_after)
+        Duration::from_nanos(self.retry_after_nanos())
     }
 
     /// [`retry_after`](Decision::retry_after) in nanoseconds.
     #[inline]
     pub fn retry_after_nanos(&self) -> u64 {
-        self.retry_after
+        if self.allowed { 0 } else { self.wait }
     }
 
     /// How long an admitted request must wait before proceeding (the leaky
     /// bucket's delay mode); zero otherwise.
     #[inline]
     pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.delay)
+        Duration::from_nanos(self.delay_nanos())
     }
 
     /// [`delay`](Decision::delay) in nanoseconds.
     #[inline]
     pub fn delay_nanos(&self) -> u64 {
-        self.delay
+        if self.allowed { self.wait } else { 0 }
     }
 
     /// `Retry-After` in whole seconds, rounded up so that a client that
@@ -167,7 +227,7 @@ impl Decision {
         if self.allowed {
             0
         } else {
-            self.retry_after.div_ceil(1_000_000_000).max(1)
+            self.wait.div_ceil(1_000_000_000).max(1)
         }
     }
 
@@ -191,7 +251,7 @@ impl Decision {
         };
         let mut headers = vec![
             (X_RATELIMIT_LIMIT, self.limit.to_string()),
-            (X_RATELIMIT_REMAINING, self.remaining.to_string()),
+            (X_RATELIMIT_REMAINING, self.remaining().to_string()),
             (X_RATELIMIT_RESET, self.reset_after_secs().to_string()),
         ];
         if !self.allowed {
@@ -223,6 +283,33 @@ impl Decision {
             headers.push((RETRY_AFTER, secs.to_string()));
         }
         headers
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for Decision {}
+
+impl Hash for Decision {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.fields().hash(state);
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("reset_after", &self.reset_after)
+            .field("retry_after", &self.retry_after_nanos())
+            .field("delay", &self.delay_nanos())
+            .finish()
     }
 }
 
@@ -279,6 +366,37 @@ mod tests {
                 ("ratelimit", r#""default";r=0;t=1"#.to_string()),
                 ("retry-after", "1".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn remaining_is_divided_when_asked_and_equality_compares_what_accessors_say() {
+        use crate::algorithm::Divisor;
+        // 2.5 intervals of 40 ns of room: 2 requests.
+        let lazy = Decision::allow_per(10, 100, Divisor::new(40), 7);
+        assert_eq!(lazy.remaining(), 2);
+        let eager = Decision::allow(10, 2, 7);
+        assert_eq!(lazy, eager);
+        use std::hash::BuildHasher;
+        let state = std::collections::hash_map::RandomState::new();
+        assert_eq!(state.hash_one(lazy), state.hash_one(eager));
+        assert_ne!(lazy, Decision::allow(10, 3, 7));
+        assert_eq!(format!("{lazy:?}"), format!("{eager:?}"));
+        assert!(format!("{lazy:?}").contains("remaining: 2"));
+        // Retry and delay share a field but never leak into each other.
+        let denied = Decision::deny_per(10, 39, Divisor::new(40), 5, 40);
+        assert_eq!(
+            (
+                denied.remaining(),
+                denied.retry_after_nanos(),
+                denied.delay_nanos()
+            ),
+            (0, 40, 0)
+        );
+        let delayed = Decision::allow(3, 1, 10).with_delay(250);
+        assert_eq!(
+            (delayed.retry_after_nanos(), delayed.delay_nanos()),
+            (0, 250)
         );
     }
 

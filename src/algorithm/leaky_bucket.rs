@@ -335,7 +335,10 @@ impl Algorithm for LeakyBucket {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| self.decide(word, now, cost)))
+        Ok(update_word(state, |word| {
+            let (decision, new_word) = self.decide(word, now, cost);
+            (decision, new_word.unwrap_or(word))
+        }))
     }
 
     #[inline]

@@ -83,6 +83,9 @@ pub(crate) struct Divisor {
 }
 
 impl Divisor {
+    /// Division by one: `divide(n) == n`.
+    pub(crate) const ONE: Divisor = Divisor { d: 1, m: u64::MAX };
+
     /// `d` must be at least 1 (callers validate it at construction).
     pub(crate) fn new(d: u64) -> Divisor {
         let d = d.max(1);
@@ -99,10 +102,13 @@ impl Divisor {
 }
 
 /// The thin compare-exchange loop every one-word algorithm shares: decide on
-/// the stored word with the pure core `decide`, and if it asks for a new word,
+/// the stored word with the pure core `decide`, and if it returns a new word,
 /// install it only if the word is still the one decided on; otherwise decide
-/// again on the value observed. A decision that writes nothing (a denial)
-/// returns at once.
+/// again on the value observed. A decision that returns the word it was
+/// given (a denial, a probe) writes nothing and returns at once: storing the
+/// same value would change nothing. (A plain word rather than an `Option`
+/// keeps the loop in registers: the optimiser spilled the `Option` to the
+/// stack on the token bucket's hot path.)
 ///
 /// Relaxed throughout: each state word is self-contained and publishes no
 /// other memory. The compare-exchange makes read-decide-write atomic, and all
@@ -111,14 +117,14 @@ impl Divisor {
 #[inline]
 pub(crate) fn update_word(
     state: &AtomicU64,
-    mut decide: impl FnMut(u64) -> (Decision, Option<u64>),
+    mut decide: impl FnMut(u64) -> (Decision, u64),
 ) -> Decision {
     let mut word = state.load(Ordering::Relaxed);
     loop {
         let (decision, new_word) = decide(word);
-        let Some(new_word) = new_word else {
+        if new_word == word {
             return decision;
-        };
+        }
         match state.compare_exchange_weak(word, new_word, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => return decision,
             Err(observed) => word = observed,

@@ -65,49 +65,65 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// The pure decision core: given the stored TAT, decide a request of
-    /// `cost` (at most the capacity) at `now`. Returns the decision and, when
-    /// admitted, the TAT to store.
+    /// `cost` (at most the capacity) at `now`. Returns the decision and the
+    /// TAT to store: a new one when admitted at cost 1 or more (it always
+    /// moves by at least one interval), else `tat` itself (nothing to write).
     #[inline]
-    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    pub(crate) fn decide(&self, tat: u64, now: u64, cost: u32) -> (Decision, u64) {
         // A TAT in the past means a full bucket: start from now. A `now` that
         // went backwards leaves `base = tat`: no time elapsed.
         let base = tat.max(now);
+        // How far ahead of now the bucket already is (tau or less, unless the
+        // clock stepped back).
+        let used = base - now;
         // cost <= capacity, so this is at most tau: no overflow.
         let increment = u64::from(cost) * self.interval;
         // A TAT past u64::MAX nanoseconds (584 years from the origin) cannot
         // be stored: such a request is denied rather than granted on a
         // saturated state.
         let new_tat = base.checked_add(increment);
-        let ahead = new_tat.map_or(u64::MAX, |t| t - now);
         match new_tat {
+            // Admitted when the bucket would then be at most tau ahead
+            // (`used + increment <= tau`, written so it cannot overflow).
             // Cost 0 is a probe: admitted whatever the state (even after a
-            // step back put `ahead` past tau), and nothing is written.
-            Some(new_tat) if ahead <= self.tau || cost == 0 => {
-                let remaining = self.tokens_left(new_tat, ahead);
-                let decision = Decision::allow(self.capacity, remaining, ahead);
-                (decision, (cost > 0).then_some(new_tat))
+            // step back put `used` past tau), and nothing is written.
+            Some(new_tat) if (used <= self.tau && increment <= self.tau - used) || cost == 0 => {
+                let ahead = used + increment;
+                let room = self.room(new_tat, ahead);
+                let decision = Decision::allow_per(self.capacity, room, self.per_interval, ahead);
+                // A probe's `new_tat` is `max(tat, now)`: keep `tat`.
+                (decision, if cost > 0 { new_tat } else { tat })
             }
-            _ => {
-                let used = base - now;
-                let remaining = self.tokens_left(base, used);
-                // A TAT past u64::MAX stays past it at any later `now`: the
-                // request never passes (u64::MAX: never).
-                let retry_after = new_tat.map_or(u64::MAX, |_| ahead - self.tau);
-                let decision = Decision::deny(self.capacity, remaining, used, retry_after);
-                (decision, None)
-            }
+            _ => (self.denial(base, used, increment, new_tat.is_some()), tat),
         }
     }
 
-    /// How many cost-1 requests pass after a state whose TAT is `tat`, `ahead`
-    /// of now: each needs one interval within the burst tolerance, and one
-    /// interval before the TAT reaches u64::MAX (which matters only within
-    /// `tau` of the end of time, where it keeps `remaining` exact).
+    /// The decision for a request of `increment` nanoseconds that does not
+    /// fit: the bucket is `used` ahead of now at `base`.
     #[inline]
-    fn tokens_left(&self, tat: u64, ahead: u64) -> u32 {
-        let room = self.tau.saturating_sub(ahead).min(u64::MAX - tat);
-        // room <= tau = capacity x interval: the quotient fits a u32.
-        self.per_interval.divide(room) as u32
+    fn denial(&self, base: u64, used: u64, increment: u64, storable: bool) -> Decision {
+        let room = self.room(base, used);
+        // A TAT past u64::MAX stays past it at any later `now`: the request
+        // never passes (u64::MAX: never). Otherwise it passes once the bucket
+        // has drained to `tau - increment` ahead of now.
+        let retry_after = if storable {
+            used + increment - self.tau
+        } else {
+            u64::MAX
+        };
+        Decision::deny_per(self.capacity, room, self.per_interval, used, retry_after)
+    }
+
+    /// The room for cost-1 requests after a state whose TAT is `tat`,
+    /// `ahead` of now, in nanoseconds: each request needs one interval within
+    /// the burst tolerance, and one interval before the TAT reaches u64::MAX
+    /// (which matters only within `tau` of the end of time, where it keeps
+    /// `remaining` exact). `remaining` is this divided by the interval, which
+    /// the decision does when asked: room <= tau = capacity x interval, so
+    /// the quotient fits a u32.
+    #[inline]
+    fn room(&self, tat: u64, ahead: u64) -> u64 {
+        self.tau.saturating_sub(ahead).min(u64::MAX - tat)
     }
 }
 
@@ -141,7 +157,7 @@ impl Algorithm for TokenBucket {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| self.decide(word, now, cost)))
+        Ok(update_word(state, |tat| self.decide(tat, now, cost)))
     }
 
     #[inline]
