@@ -9,9 +9,10 @@
 //! * `keyed_insert`: the first check of a new key, into a map that starts
 //!   empty each sample (so the cost includes the map's amortised growth).
 //!
-//! Both limiters hash with the standard library's `RandomState` (SipHash-1-3)
-//! by default, and both use `DashMap`'s default shard count (4 per CPU,
-//! rounded up to a power of two): the comparison is like for like.
+//! rategate hashes keys with its default, foldhash (seeded), governor with
+//! the standard library's SipHash-1-3; `token_bucket_siphash` is rategate's
+//! token bucket with SipHash too, for a like-for-like row. Both use
+//! `DashMap`'s default shard count (4 per CPU, rounded up to a power of two).
 
 mod common;
 
@@ -21,7 +22,8 @@ use common::{
 };
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
-use rategate::{Algorithm, KeyedRateLimiter};
+use rategate::{Algorithm, KeyedRateLimiter, TokenBucket};
+use std::collections::hash_map::RandomState;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -77,6 +79,20 @@ impl PerAlgorithm for Insert<'_, '_> {
 fn keyed_hit(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_hit");
     for_each_algorithm(&mut Hits(&mut group));
+
+    for (keys, label) in SIZES {
+        let limiter = KeyedRateLimiter::<u64, TokenBucket>::builder(allow_quota::<TokenBucket>())
+            .hasher(RandomState::new())
+            .build()
+            .unwrap();
+        for key in 0..keys {
+            assert!(limiter.check(&key).is_allowed());
+        }
+        let mut rng = KeyRng::new(0x5eed);
+        group.bench_function(BenchmarkId::new("token_bucket_siphash", label), |b| {
+            b.iter(|| limiter.check(&rng.below(keys)))
+        });
+    }
 
     for (keys, label) in SIZES {
         let governor = governor::RateLimiter::keyed(governor_allow_quota());

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs the criterion suites (benches/{direct,keyed,contention,clock}.rs) and
-# prints a markdown table: each rategate benchmark, its median time, the
+# Runs the criterion suites (benches/{limits,direct,keyed,contention,clock}.rs)
+# and prints a markdown table: each rategate benchmark, its median time, the
 # median of governor's benchmark in the same group and variant, and the ratio
-# (rategate / governor: below 1 means rategate is faster).
+# (rategate / governor: below 1 means rategate is faster); then the physical
+# limits measured in the same run (a clock read, a compare-exchange, a miss
+# to memory) and each token-bucket path's distance from its floor.
 #
 # Usage:
 #   scripts/bench-table.sh                  # run all suites, print the table
@@ -19,7 +21,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-benches=${BENCHES:-"direct keyed contention clock"}
+benches=${BENCHES:-"limits direct keyed contention clock"}
 dir=${BENCH_TABLE_DIR:-$PWD/${CARGO_TARGET_DIR:-target}/bench-table}
 export CRITERION_HOME=$dir
 
@@ -37,7 +39,7 @@ python3 - "$dir" <<'PY'
 import json, os, sys
 
 root = sys.argv[1]
-GROUP_ORDER = ["direct_allow", "direct_deny", "keyed_hit", "keyed_insert",
+GROUP_ORDER = ["physical_limit", "direct_allow", "direct_deny", "keyed_hit", "keyed_insert",
                "contended_2_threads", "clock_now", "clock_now_2_threads"]
 ALGO_ORDER = ["token_bucket", "fixed_window", "sliding_window_counter",
               "sliding_window_log", "leaky_bucket"]
@@ -73,10 +75,43 @@ print("| benchmark | rategate median | governor median | ratio (rategate/governo
 print("|---|---:|---:|---:|")
 for key in sorted(results, key=order):
     group, function, variant = key
-    if function == "governor":
+    if function == "governor" or group == "physical_limit":
         continue
     ours = results[key]
     theirs = results.get((group, "governor", variant))
     ratio = f"{ours / theirs:.2f}" if theirs else "-"
     print(f"| {group}/{function}/{variant} | {fmt(ours)} | {fmt(theirs)} | {ratio} |")
+
+limits = {f: ns for (g, f, v), ns in results.items() if g == "physical_limit"}
+if limits:
+    print()
+    print("| physical limit on this machine | median |")
+    print("|---|---:|")
+    names = {
+        "clock": "clock read (TSC via quanta, scaled)",
+        "cas": "uncontended compare-exchange",
+        "clock_cas": "clock read + compare-exchange (direct check floor)",
+        "dram": "one dependent miss to memory (256 MiB pointer chase)",
+        "clock_dram_cas": "clock + one miss + compare-exchange (keyed floor, key not cached)",
+    }
+    for f in ["clock", "cas", "clock_cas", "dram", "clock_dram_cas"]:
+        if f in limits:
+            print(f"| {names[f]} | {fmt(limits[f])} |")
+    floors = [
+        ("direct_allow", "token_bucket", "quanta", "clock_cas"),
+        ("direct_deny", "token_bucket", "quanta", "clock"),
+        ("keyed_hit", "token_bucket", "1k_keys", "clock_cas"),
+        ("keyed_hit", "token_bucket", "1M_keys", "clock_dram_cas"),
+    ]
+    print()
+    print("| token-bucket path | rategate | its floor | rategate / floor | governor / floor |")
+    print("|---|---:|---:|---:|---:|")
+    for group, function, variant, floor in floors:
+        ours = results.get((group, function, variant))
+        theirs = results.get((group, "governor", variant))
+        base = limits.get(floor)
+        if ours is None or base is None:
+            continue
+        gov = f"{theirs / base:.2f}" if theirs else "-"
+        print(f"| {group}/{variant} | {fmt(ours)} | {floor}: {fmt(base)} | {ours / base:.2f} | {gov} |")
 PY

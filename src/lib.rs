@@ -86,7 +86,7 @@ pub use algorithm::{Sharded, Splittable};
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
-pub use keyed::{KeyedBuilder, KeyedRateLimiter, Overflow};
+pub use keyed::{DefaultKeyHasher, KeyedBuilder, KeyedRateLimiter, Overflow};
 pub use limiter::RateLimiter;
 pub use outbound::presets;
 pub use outbound::{

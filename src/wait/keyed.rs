@@ -7,11 +7,11 @@ use super::pacer::is_leaky;
 use super::queue::{Place, WaitQueue};
 use crate::algorithm::{Algorithm, TokenBucket};
 use crate::clock::{Clock, QuantaClock};
+use crate::keyed::DefaultKeyHasher;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 use crate::{Decision, KeyedRateLimiter};
 use dashmap::DashMap;
 use std::borrow::Borrow;
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Instant;
@@ -42,7 +42,7 @@ use std::time::Instant;
 /// pacer.wait_key("bob")?; // another key: at once
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct KeyedPacer<K, A: Algorithm = TokenBucket, C = QuantaClock, S = RandomState> {
+pub struct KeyedPacer<K, A: Algorithm = TokenBucket, C = QuantaClock, S = DefaultKeyHasher> {
     limiter: KeyedRateLimiter<K, A, C, S>,
     /// The queues of keys that have waiters.
     queues: DashMap<K, Arc<WaitQueue>>,
