@@ -12,7 +12,7 @@
 //! The window index and the count share one word, so a rollover and an
 //! increment are a single compare-exchange and can never interleave wrongly.
 
-use super::{Algorithm, check_cost, update_word};
+use super::{Algorithm, Divisor, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
@@ -85,12 +85,14 @@ pub struct FixedWindow {
 
 impl FixedWindow {
     /// The pure decision core: given the stored word, decide a request of
-    /// `cost` (at most the limit) at `now`. Returns the decision and, when a
-    /// request of non-zero cost is admitted, the word to store.
+    /// `cost` (at most the limit) at `now`. Returns the decision and the word
+    /// to store: a new one when a request of non-zero cost is admitted (its
+    /// count is then above any count it replaces in its window), else `word`
+    /// itself (nothing to write).
     #[inline]
-    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let count = word & ((1 << self.count_bits) - 1);
-        let current = now / self.period;
+        let current = self.tag.window_of(now);
         // A count of 0 is a fresh state whatever its tag says.
         let (window, used) = if count == 0 {
             (current, 0)
@@ -116,13 +118,17 @@ impl FixedWindow {
             let reset_after = if after > 0 { until_end } else { 0 };
             // after <= limit, a u32.
             let decision = Decision::allow(self.limit, (limit - after) as u32, reset_after);
-            let word = (cost > 0).then(|| (self.tag.tag(window) << self.count_bits) | after);
-            (decision, word)
+            let new_word = if cost > 0 {
+                (self.tag.tag(window) << self.count_bits) | after
+            } else {
+                word
+            };
+            (decision, new_word)
         } else {
             // cost <= limit, so a denial means used > 0: the window ends the
             // state, and the next window admits any allowed cost.
             let decision = Decision::deny(self.limit, (limit - used) as u32, until_end, until_end);
-            (decision, None)
+            (decision, word)
         }
     }
 }
@@ -135,7 +141,7 @@ impl FixedWindow {
     #[cfg(feature = "redis")]
     pub(crate) fn stored(&self, word: u64, now: u64) -> (u64, u64) {
         let count = word & ((1 << self.count_bits) - 1);
-        let current = now / self.period;
+        let current = self.tag.window_of(now);
         if count == 0 {
             (current, 0)
         } else {
@@ -181,10 +187,7 @@ impl Algorithm for FixedWindow {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| {
-            let (decision, new_word) = self.decide(word, now, cost);
-            (decision, new_word.unwrap_or(word))
-        }))
+        Ok(update_word(state, |word| self.decide(word, now, cost)))
     }
 
     #[inline]
@@ -200,7 +203,7 @@ impl Algorithm for FixedWindow {
         // excludes concurrent checks of it.
         let word = state.load(Ordering::Relaxed);
         let count = word & ((1 << self.count_bits) - 1);
-        let current = now / self.period;
+        let current = self.tag.window_of(now);
         count == 0 || self.tag.untag(word >> self.count_bits, current) < current
     }
 
@@ -223,6 +226,9 @@ pub(super) struct WindowTag {
     bits: u32,
     /// The last window the clock can reach, `u64::MAX / period`.
     last: u64,
+    /// Division by the period without a hardware divide (a check divides
+    /// the time by it once).
+    per_period: Divisor,
 }
 
 impl WindowTag {
@@ -231,7 +237,20 @@ impl WindowTag {
         WindowTag {
             bits,
             last: u64::MAX / period.max(1),
+            per_period: Divisor::new(period),
         }
+    }
+
+    /// The index of the window `now` is in: `now / period`.
+    #[inline]
+    pub(super) fn window_of(&self, now: u64) -> u64 {
+        self.per_period.divide(now)
+    }
+
+    /// `n / period`, rounded down.
+    #[inline]
+    pub(super) fn divide_by_period(&self, n: u64) -> u64 {
+        self.per_period.divide(n)
     }
 
     /// The tag of `window`.

@@ -58,7 +58,7 @@
 //! * The decision also reports `remaining`, `reset_after` and
 //!   `retry_after`, which nginx does not compute.
 
-use super::{Algorithm, check_cost, update_word};
+use super::{Algorithm, Divisor, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Delay, Quota, QuotaError};
 
@@ -142,6 +142,8 @@ pub struct LeakyBucket {
     /// The drain rate in thousandths of a request per second (nginx's
     /// `ctx->rate`), between 1 and 10^12.
     rate: u64,
+    /// Division by `rate` without a hardware divide.
+    per_rate: Divisor,
     /// `burst * 1000`, the most excess an admitted request may leave
     /// (nginx's `limit->burst`); at most `EXCESS_MASK`.
     burst: u64,
@@ -215,14 +217,19 @@ impl LeakyBucket {
     #[inline]
     fn drain_ms(&self, amount: u64) -> u64 {
         // amount <= excess + 1000 * cost < 2^25: the product is small.
-        (amount * UNIT).div_ceil(self.rate)
+        let n = amount * UNIT;
+        let quotient = self.per_rate.divide(n);
+        // Rounded up: quotient x rate <= n, no overflow.
+        quotient + u64::from(quotient * self.rate < n)
     }
 
     /// The pure decision core: given the stored word, decide a request of
-    /// `cost` (at most the capacity) at `now`. Returns the decision and,
-    /// when the request is admitted with a cost, the word to store.
+    /// `cost` (at most the capacity) at `now`. Returns the decision and the
+    /// word to store: a new one when the request is admitted with a cost
+    /// (its excess or time then differs from the stored slot's, or it is a
+    /// new key's first), else `word` itself (nothing to write).
     #[inline]
-    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
         let stored = Slot::unpack(word);
         // The level the drain leaves at now_ms, in thousandths, floored at
@@ -259,8 +266,18 @@ impl LeakyBucket {
             };
             let remaining = (self.burst as i64 - level_after) as u64 / UNIT;
             let decision = Decision::allow(self.capacity, remaining as u32, self.reset(after, now));
-            let delay_ms = excess.saturating_sub(self.delay) * UNIT / self.rate;
-            (decision.with_delay(delay_ms * NANOS_PER_MS), record)
+            let over = excess.saturating_sub(self.delay);
+            // No division for a request that is not delayed (nodelay mode,
+            // or within the delay allowance).
+            let delay_ms = if over == 0 {
+                0
+            } else {
+                self.per_rate.divide(over * UNIT)
+            };
+            (
+                decision.with_delay(delay_ms * NANOS_PER_MS),
+                record.unwrap_or(word),
+            )
         } else {
             // Only a known key can be denied: a new key's first request
             // leaves at most 1000 * (capacity - 1) = burst.
@@ -279,7 +296,7 @@ impl LeakyBucket {
                 self.reset(Some(slot), now),
                 retry,
             );
-            (decision, None)
+            (decision, word)
         }
     }
 
@@ -321,6 +338,7 @@ impl Algorithm for LeakyBucket {
         };
         Ok(LeakyBucket {
             rate: rate as u64,
+            per_rate: Divisor::new(rate as u64),
             burst: u64::from(burst) * UNIT,
             delay: u64::from(delay) * UNIT,
             capacity: burst + 1,
@@ -335,10 +353,7 @@ impl Algorithm for LeakyBucket {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| {
-            let (decision, new_word) = self.decide(word, now, cost);
-            (decision, new_word.unwrap_or(word))
-        }))
+        Ok(update_word(state, |word| self.decide(word, now, cost)))
     }
 
     #[inline]

@@ -162,6 +162,16 @@ impl SlidingWindowCounter {
     /// `ceil(previous x (period - elapsed) / period)`, for `elapsed < period`.
     #[inline]
     fn weighted(&self, previous: u64, elapsed: u64) -> u64 {
+        if previous == 0 {
+            return 0;
+        }
+        // The common case fits a u64 (a count below 2^20 times a period
+        // below 2^44 ns, about 4.9 hours): divide without a hardware divide.
+        if let Some(weight) = previous.checked_mul(self.period - elapsed) {
+            let quotient = self.tag.divide_by_period(weight);
+            // Rounded up: quotient x period <= weight, no overflow.
+            return quotient + u64::from(quotient * self.period < weight);
+        }
         let period = u128::from(self.period);
         let weight = u128::from(previous) * (period - u128::from(elapsed));
         // At most `previous`, a u64.
@@ -169,11 +179,13 @@ impl SlidingWindowCounter {
     }
 
     /// The pure decision core: given the stored word, decide a request of
-    /// `cost` (at most the limit) at `now`. Returns the decision and, when a
-    /// request of non-zero cost is admitted, the word to store.
+    /// `cost` (at most the limit) at `now`. Returns the decision and the word
+    /// to store: a new one when a request of non-zero cost is admitted (its
+    /// current count is then above the one it replaces), else `word` itself
+    /// (nothing to write).
     #[inline]
-    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
-        let counts = self.counts_at(word, now / self.period);
+    pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        let counts = self.counts_at(word, self.tag.window_of(now));
         let (period, limit) = (u128::from(self.period), u64::from(self.limit));
         // The window's start fits: window <= u64::MAX / period.
         let start = counts.window * self.period;
@@ -206,13 +218,13 @@ impl SlidingWindowCounter {
             // At most the limit, a u32.
             let remaining = limit.saturating_sub(estimate + cost) as u32;
             let decision = Decision::allow(self.limit, remaining, reset_after);
-            (decision, (cost > 0).then(|| self.pack(after)))
+            (decision, if cost > 0 { self.pack(after) } else { word })
         } else {
             let remaining = limit.saturating_sub(estimate) as u32;
             let reset_after = reset_at(current, previous).map_or(0, until);
             let retry_at = self.retry_at(counts, u128::from(start), cost);
             let decision = Decision::deny(self.limit, remaining, reset_after, until(retry_at));
-            (decision, None)
+            (decision, word)
         }
     }
 
@@ -282,10 +294,7 @@ impl Algorithm for SlidingWindowCounter {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| {
-            let (decision, new_word) = self.decide(word, now, cost);
-            (decision, new_word.unwrap_or(word))
-        }))
+        Ok(update_word(state, |word| self.decide(word, now, cost)))
     }
 
     #[inline]
@@ -299,7 +308,7 @@ impl Algorithm for SlidingWindowCounter {
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
         // Relaxed: see `update_word`. Callers that drop the key hold a lock that
         // excludes concurrent checks of it.
-        let counts = self.counts_at(state.load(Ordering::Relaxed), now / self.period);
+        let counts = self.counts_at(state.load(Ordering::Relaxed), self.tag.window_of(now));
         counts.current == 0 && counts.previous == 0
     }
 
