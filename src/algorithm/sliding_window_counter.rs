@@ -232,22 +232,28 @@ impl SlidingWindowCounter {
     /// arrives, given counts that deny it at their window's `start +
     /// elapsed`.
     fn retry_at(&self, counts: Counts, start: u128, cost: u64) -> u128 {
-        let period = u128::from(self.period);
-        let limit = u128::from(self.limit);
-        let (current, previous, cost) = (
-            u128::from(counts.current),
-            u128::from(counts.previous),
-            u128::from(cost),
-        );
+        let (period, limit) = (self.period, u64::from(self.limit));
+        let (current, previous) = (counts.current, counts.previous);
+        // `floor(room x period / by)` capped at the period; counts and costs
+        // are below 2^21, so the product fits a u64 for periods below 2^43
+        // ns (about 2.4 hours) and takes the u128 path only beyond.
+        let share = |room: u64, by: u64| -> u64 {
+            let quotient = match room.checked_mul(period) {
+                Some(product) => product / by,
+                None => (u128::from(room) * u128::from(period) / u128::from(by)) as u64,
+            };
+            quotient.min(period)
+        };
         // Later in this window: ceil(previous x (period - e) / period) <= room
         // holds iff previous x (period - e) <= room x period, that is
         // e >= period - floor(room x period / previous).
         if let Some(room) = limit.checked_sub(current + cost) {
-            // `previous` is not 0: with room, only it can cause the denial.
-            if let Some(shrink) = (room * period).checked_div(previous) {
-                let shrink = shrink.min(period);
+            // `previous` is not 0 here (with room, only it can cause the
+            // denial); checked anyway.
+            if previous > 0 {
+                let shrink = share(room, previous);
                 if shrink > 0 {
-                    return start + period - shrink;
+                    return start + u128::from(period - shrink);
                 }
             }
         }
@@ -257,10 +263,12 @@ impl SlidingWindowCounter {
         let room = limit - cost;
         let wait = if current <= room {
             0
+        } else if room == 0 {
+            period
         } else {
-            period - (room * period / current).min(period)
+            period - share(room, current)
         };
-        start + period + wait
+        start + u128::from(period) + u128::from(wait)
     }
 }
 
