@@ -32,9 +32,12 @@ pub(crate) const MAX_TAU: u64 = u64::MAX / 2;
 /// `remaining` counts only requests whose TAT still fits in `u64`, so it
 /// stays exact at the end of time too.
 ///
-/// The emission interval is `period / limit` rounded down to a whole
-/// nanosecond, so a rate that does not divide the period evenly runs at most
-/// one nanosecond per request fast (for 100 per minute, 1 part in 6e8).
+/// The emission interval is `period / limit` rounded *up* to a whole
+/// nanosecond ([`Quota::emission_interval_nanos`]), so the bucket never
+/// admits faster than configured: over any span of `t` nanoseconds it admits
+/// at most `capacity + limit x t / period` (exactly, not on average). A rate
+/// that does not divide the period evenly runs less than one nanosecond per
+/// request slow instead (for 167 per minute, 1 part in 4e8).
 ///
 /// # Examples
 ///

@@ -22,8 +22,10 @@ pub struct ModelBucket {
 }
 
 impl ModelBucket {
+    /// One token per `period / limit` rounded up to a whole nanosecond: the
+    /// crate's promise is never to admit faster than the quota.
     pub fn with_params(limit: u32, period: u64, burst: Option<u32>) -> Self {
-        let interval = u128::from(period / u64::from(limit));
+        let interval = u128::from(period.div_ceil(u64::from(limit)));
         let capacity = u128::from(burst.unwrap_or(limit));
         ModelBucket {
             interval,
