@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod algorithms;
 mod keyed;
+mod refund;
 
 /// Runs `f` under loom's exhaustive scheduler.
 pub(crate) fn model(f: impl Fn() + Sync + Send + 'static) {

@@ -14,6 +14,9 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::time::Duration;
 
+// Refund (and later policies) on the keyed limiter, in their own file.
+mod policies;
+
 /// What a [`KeyedRateLimiter`] does with a new key when it already holds
 /// `max_keys` keys and a sweep freed no room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

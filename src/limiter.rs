@@ -94,6 +94,32 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
         self.algorithm.peek(&self.state, self.clock.now(), cost)
     }
 
+    /// Gives back up to `cost` of what earlier checks admitted (a request
+    /// that failed before doing its work), as the algorithm's
+    /// [`refund`](Algorithm::refund) documents: never more room than a
+    /// limiter never used. Returns how much was given back. Lock-free, as a
+    /// check is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::{ManualClock, Quota, RateLimiter, TokenBucket};
+    ///
+    /// let limiter = RateLimiter::<TokenBucket, _>::with_clock(Quota::per_minute(10)?, ManualClock::new())?;
+    /// assert!(limiter.check_n(10)?.is_allowed());
+    /// assert!(!limiter.check().is_allowed());
+    /// // The work failed before it started: give 4 back.
+    /// assert_eq!(limiter.refund(4), 4);
+    /// assert_eq!(limiter.peek().remaining(), 3);
+    /// // Never past a full bucket.
+    /// assert_eq!(limiter.refund(100), 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn refund(&self, cost: u32) -> u32 {
+        self.algorithm.refund(&self.state, self.clock.now(), cost)
+    }
+
     /// The quota this limiter enforces.
     pub fn quota(&self) -> &Quota {
         &self.quota

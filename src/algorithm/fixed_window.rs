@@ -37,6 +37,13 @@ use crate::{CheckError, Decision, Quota, QuotaError};
 /// back into an earlier window stays in the window the state holds: no time
 /// has elapsed.
 ///
+/// # Refund
+///
+/// A refund lowers the count of the window a check at `now` would count in,
+/// never below zero; a window that has ended takes nothing back (its count
+/// is already forgotten), nor does the later window a clock that stepped
+/// back still sees. A window emptied by refunds is a key never seen.
+///
 /// # Window index wrap
 ///
 /// The stored window index is truncated to the bits the count leaves free
@@ -160,6 +167,24 @@ pub(super) fn bits_for(n: u32) -> u32 {
 impl Algorithm for FixedWindow {
     /// `window_tag << count_bits | count`; 0: never seen.
     type State = AtomicU64;
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u32) -> u32 {
+        let current = now / self.period;
+        // What a refund can take from `word`: only a count in `now`'s window.
+        let taken = |word: u64| {
+            let count = word & ((1 << self.count_bits) - 1);
+            let live = count > 0 && self.tag.untag(word >> self.count_bits, current) == current;
+            if live { count.min(u64::from(cost)) } else { 0 }
+        };
+        // Relaxed: see `update_word`; the same compare-exchange on the same
+        // word as a check. Lowering the count leaves the tag bits alone.
+        let refunded = state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            let take = taken(word);
+            (take > 0).then(|| word - take)
+        });
+        // At most `cost`.
+        refunded.map_or(0, |word| taken(word) as u32)
+    }
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = quota.limit();

@@ -68,6 +68,20 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
 
     /// The largest cost that can ever pass; at least 1.
     fn capacity(&self) -> u32;
+
+    /// Gives back up to `cost` of what earlier checks of `state` admitted, at
+    /// `now` (a request that failed before doing its work; GraphQL points
+    /// charged up front and corrected after). Returns how much was given
+    /// back: less than `cost` when the state holds less than that in use.
+    ///
+    /// A refund never creates capacity the key did not have: it never leaves
+    /// the state with more room than a key never seen, and it gives back only
+    /// what the current state still counts (each algorithm documents exactly
+    /// what, under "Refund"). A refund of 0 writes nothing. It updates the
+    /// state as a check does (one compare-exchange loop on the same word; the
+    /// sliding window log under its lock), so refunds racing checks lose
+    /// nothing.
+    fn refund(&self, state: &Self::State, now: u64, cost: u32) -> u32;
 }
 
 /// Division by a divisor fixed at construction, by a multiply-high and one

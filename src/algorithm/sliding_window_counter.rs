@@ -60,6 +60,13 @@ const MAX_LIMIT: u32 = (1 << 20) - 1;
 /// * A clock that steps back before the start of the stored window counts
 ///   as the start of that window: no time has elapsed.
 ///
+/// # Refund
+///
+/// A refund lowers the current window's count (the window of `now`, or the
+/// later one a clock that stepped back still sees), never below zero. The
+/// previous window's count is left alone: a request admitted there already
+/// weighs less than its cost, and its weight is fading.
+///
 /// # State and its limits
 ///
 /// One `AtomicU64` per key, `window_tag << 2b | current << b | previous`
@@ -255,6 +262,21 @@ impl SlidingWindowCounter {
 impl Algorithm for SlidingWindowCounter {
     /// `window_tag << 2b | current << b | previous`; 0: never seen.
     type State = AtomicU64;
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u32) -> u32 {
+        let window = now / self.period;
+        let taken = |counts: Counts| counts.current.min(u64::from(cost));
+        // Relaxed: see `update_word`; the same compare-exchange on the same
+        // word as a check.
+        let refunded = state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            let counts = self.counts_at(word, window);
+            let take = taken(counts);
+            let current = counts.current - take;
+            (take > 0).then(|| self.pack(Counts { current, ..counts }))
+        });
+        // At most `cost`.
+        refunded.map_or(0, |word| taken(self.counts_at(word, window)) as u32)
+    }
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = quota.limit();

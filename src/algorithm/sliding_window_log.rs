@@ -48,6 +48,15 @@ use std::collections::VecDeque;
 /// at least 1 and the costs in the log sum to at most `limit`, so the ring
 /// never holds more than `limit` entries.
 ///
+/// # Refund
+///
+/// A refund takes `cost` off the *oldest* entries still in the window, the
+/// ones that would leave it first. It frees `cost` at once, and at every
+/// later time the log holds at least what it would hold had the refunded
+/// request never been admitted (taking the newest entries instead would free
+/// room early). Unlike the one-word algorithms it runs under the log's lock,
+/// as a check does.
+///
 /// # Memory per key
 ///
 /// On a 64-bit target, 56 bytes inline (the mutex, the ring's header, the
@@ -309,6 +318,26 @@ impl Algorithm for SlidingWindowLog {
 
     fn capacity(&self) -> u32 {
         self.limit
+    }
+
+    fn refund(&self, state: &WindowLog, now: u64, cost: u32) -> u32 {
+        if cost == 0 {
+            return 0;
+        }
+        // The mutex orders the refund with every check, as `check` argues.
+        let mut log = state.log.lock();
+        self.advance(&mut log, now);
+        let mut left = cost;
+        while let Some(oldest) = log.entries.front_mut().filter(|_| left > 0) {
+            let take = oldest.cost.min(left);
+            oldest.cost -= take;
+            left -= take;
+            if oldest.cost == 0 {
+                log.entries.pop_front();
+            }
+            log.used -= take;
+        }
+        cost - left
     }
 }
 

@@ -110,6 +110,22 @@ impl Model for ModelWindow {
     fn peek(&self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         self.clone().decide(now, cost, false)
     }
+
+    /// Lowers the count of `now`'s window, never below zero; a window
+    /// emptied so is a key never seen.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        let w = now / self.period;
+        if self.window(now) != w {
+            return 0;
+        }
+        let used = self.used(w);
+        let given = used.min(cost.into());
+        self.counts.insert(w, used - given);
+        if used - given == 0 {
+            self.last = None;
+        }
+        given as u32
+    }
 }
 
 impl super::Idle for ModelWindow {

@@ -61,6 +61,11 @@ pub trait Model: Clone {
     fn peek(&self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         self.clone().request(now, cost)
     }
+
+    /// Gives back up to `cost` at `now` as `refund` does, written from the
+    /// algorithm's documented refund semantics; returns how much was given
+    /// back. Covers times that never go back.
+    fn refund(&mut self, now: u64, cost: u32) -> u32;
 }
 
 /// A model that can say when a key carries no information (a keyed

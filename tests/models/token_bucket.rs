@@ -71,4 +71,15 @@ impl Model for ModelBucket {
             delay: 0,
         })
     }
+
+    /// The tokens go back into the bucket as it is now, never past full.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        let now = u128::from(now);
+        let full = self.capacity * self.interval;
+        self.credit = (self.credit + (now - self.last)).min(full);
+        self.last = now;
+        let given = (u128::from(cost) * self.interval).min(full - self.credit);
+        self.credit += given;
+        given.div_ceil(self.interval) as u32
+    }
 }
