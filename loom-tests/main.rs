@@ -18,6 +18,7 @@ use loom::thread;
 use rategate::{Algorithm, Clock, Decision, ManualClock, Quota, RateLimiter, TokenBucket};
 use std::time::Duration;
 
+mod adjustable;
 mod algorithms;
 mod keyed;
 mod refund;

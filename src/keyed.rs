@@ -595,9 +595,10 @@ where
         self.max_keys
     }
 
-    /// The quota every key gets.
+    /// The quota every key gets (the latest one set, for an
+    /// [`Adjustable`](crate::algorithm::Adjustable) algorithm).
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        self.algorithm.current_quota().unwrap_or(&self.quota)
     }
 
     /// The clock this limiter reads.

@@ -1,10 +1,11 @@
-//! Refunds against the reference models: for every algorithm, random
-//! sequences of (advance time, check / peek / refund, cost) on a manual
-//! clock, on a direct limiter and on a keyed one (three keys, one model
-//! each); every decision and every amount given back must agree with the
-//! model's refund, which is written from the algorithm's documented refund
-//! semantics. Plus the shared promises: a refund never leaves more room than
-//! a key never seen, and a refund for a key not held is a no-op.
+//! Refunds and run-time quota changes against the reference models: for
+//! every algorithm, random sequences of (advance time, check / peek / refund
+//! / change the quota, cost) on a manual clock, on a direct limiter and on a
+//! keyed one (three keys, one model each); every decision and every amount
+//! given back must agree with the model's, whose refund and quota change are
+//! written from the documented semantics. Plus the shared promises: a refund
+//! never leaves more room than a key never seen, and a refund for a key not
+//! held is a no-op.
 
 mod models;
 
@@ -13,9 +14,9 @@ use models::leaky_bucket::Nginx;
 use models::sliding_window_counter::ModelCounter;
 use models::sliding_window_log::ModelLog;
 use models::token_bucket::ModelBucket;
-use models::{Model, Outcome};
+use models::{Model, Outcome, Retune};
 use proptest::prelude::*;
-use rategate::algorithm::Sharded;
+use rategate::algorithm::{Adjust, Adjustable, Sharded};
 use rategate::{
     Algorithm, Clock, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, TokenBucket,
@@ -27,6 +28,8 @@ enum Op {
     Check,
     Peek,
     Refund,
+    /// A new limit for the same period, and a new burst.
+    SetQuota(u32, Option<u32>),
 }
 
 /// How far the clock moves before an operation.
@@ -68,26 +71,45 @@ fn quotas() -> impl Strategy<Value = Quota> {
         })
 }
 
+/// The quota an [`Op::SetQuota`] sets in place of `quota`.
+fn changed(quota: &Quota, limit: u32, burst: Option<u32>) -> Quota {
+    let new = Quota::with_period(limit, quota.period()).unwrap();
+    burst.map_or(new, |b| new.burst(b).unwrap())
+}
+
 fn ops() -> impl Strategy<Value = Vec<(Gap, Op, u32, u8)>> {
+    ops_with(0)
+}
+
+/// Operations, with quota changes at this weight (0: none).
+fn ops_with(changes: u32) -> impl Strategy<Value = Vec<(Gap, Op, u32, u8)>> {
     let gap = prop_oneof![
         3 => Just(Gap::Zero),
         1 => (0u64..2_000_000).prop_map(Gap::Nanos),
         2 => (0u64..4, -1i8..=1).prop_map(|(n, d)| Gap::Intervals(n, d)),
         2 => (0u64..20).prop_map(Gap::Sixteenths),
     ];
-    let op = prop_oneof![4 => Just(Op::Check), 1 => Just(Op::Peek), 3 => Just(Op::Refund)];
+    let op = prop_oneof![
+        4 => Just(Op::Check),
+        1 => Just(Op::Peek),
+        3 => Just(Op::Refund),
+        changes => (1u32..=12, prop::option::of(1u32..=12)).prop_map(|(l, b)| Op::SetQuota(l, b)),
+    ];
     prop::collection::vec((gap, op, 0u32..=14, 0u8..3), 1..120)
 }
 
+/// Sets a direct limiter's quota (only [`Adjustable`] ones can).
+type SetDirect<A> = fn(&RateLimiter<A, ManualClock>, Quota);
+
 /// Drives one direct limiter and one model with the same operations.
-fn direct<A: Algorithm, M: Model>(
+fn direct<A: Algorithm, M: Model + Retune>(
     quota: Quota,
     ops: &[(Gap, Op, u32, u8)],
+    set_quota: SetDirect<A>,
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     let limiter = RateLimiter::<A, _>::with_clock(quota, clock.clone()).unwrap();
     let mut model = M::new(&quota);
-    let capacity = limiter.algorithm().capacity();
     for (i, &(gap, op, cost, _)) in ops.iter().enumerate() {
         clock.advance_nanos(gap.nanos(&quota));
         let now = clock.now();
@@ -105,18 +127,30 @@ fn direct<A: Algorithm, M: Model>(
                 prop_assert_eq!(given, model.refund(now, cost), "refund {} at t={}", i, now);
                 prop_assert!(given <= cost);
             }
+            Op::SetQuota(limit, burst) => {
+                let new = changed(&quota, limit, burst);
+                set_quota(&limiter, new);
+                model.set_quota(&new);
+                prop_assert_eq!(limiter.quota(), &new);
+            }
         }
         // Never more room than a key never seen.
+        let capacity = limiter.algorithm().capacity();
         prop_assert!(limiter.peek_n(0).unwrap().remaining() <= capacity);
     }
     Ok(())
 }
 
+/// Sets a keyed limiter's quota (only [`Adjustable`] ones can).
+type SetKeyed<A> = fn(&KeyedRateLimiter<u8, A, ManualClock>, Quota);
+
 /// Drives a keyed limiter (keys 0 to 2) and one model per key.
-fn keyed<A: Algorithm, M: Model>(
+fn keyed<A: Algorithm, M: Model + Retune>(
     quota: Quota,
     ops: &[(Gap, Op, u32, u8)],
+    set_quota: SetKeyed<A>,
 ) -> Result<(), TestCaseError> {
+    let mut current = quota;
     let clock = ManualClock::new();
     let limiter = KeyedRateLimiter::<u8, A, _>::builder(quota)
         .clock(clock.clone())
@@ -129,7 +163,7 @@ fn keyed<A: Algorithm, M: Model>(
         let slot = &mut models[usize::from(key)];
         match op {
             Op::Check | Op::Peek => {
-                let mut model = slot.clone().unwrap_or_else(|| M::new(&quota));
+                let mut model = slot.clone().unwrap_or_else(|| M::new(&current));
                 let (got, want) = if matches!(op, Op::Check) {
                     (limiter.check_n(&key, cost), model.request(now, cost))
                 } else {
@@ -149,42 +183,99 @@ fn keyed<A: Algorithm, M: Model>(
                 // A refund inserts no key.
                 prop_assert_eq!(limiter.len(), held);
             }
+            Op::SetQuota(limit, burst) => {
+                current = changed(&quota, limit, burst);
+                set_quota(&limiter, current);
+                models
+                    .iter_mut()
+                    .flatten()
+                    .for_each(|m| m.set_quota(&current));
+            }
         }
     }
     Ok(())
+}
+
+/// For limiters whose quota is fixed: the operations never change it.
+fn fixed<A: Algorithm>(_: &RateLimiter<A, ManualClock>, _: Quota) {
+    unreachable!("no quota change for a fixed algorithm")
+}
+
+fn fixed_keyed<A: Algorithm>(_: &KeyedRateLimiter<u8, A, ManualClock>, _: Quota) {
+    unreachable!("no quota change for a fixed algorithm")
+}
+
+fn adjust<A: Adjust>(limiter: &RateLimiter<Adjustable<A>, ManualClock>, quota: Quota) {
+    limiter.set_quota(quota).unwrap();
+}
+
+fn adjust_keyed<A: Adjust>(
+    limiter: &KeyedRateLimiter<u8, Adjustable<A>, ManualClock>,
+    quota: Quota,
+) {
+    limiter.set_quota(quota).unwrap();
+}
+
+/// Refunds and quota changes on an [`Adjustable`] algorithm.
+fn adjustable<A: Adjust, M: Model + Retune>(
+    quota: Quota,
+    ops: &[(Gap, Op, u32, u8)],
+) -> Result<(), TestCaseError> {
+    direct::<Adjustable<A>, M>(quota, ops, adjust)?;
+    keyed::<Adjustable<A>, M>(quota, ops, adjust_keyed)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
+    fn fixed_window_quota_changes(quota in quotas(), ops in ops_with(2)) {
+        adjustable::<FixedWindow, ModelWindow>(quota, &ops)?;
+    }
+
+    #[test]
+    fn sliding_window_counter_quota_changes(quota in quotas(), ops in ops_with(2)) {
+        adjustable::<SlidingWindowCounter, ModelCounter>(quota, &ops)?;
+    }
+
+    #[test]
+    fn sliding_window_log_quota_changes(quota in quotas(), ops in ops_with(2)) {
+        adjustable::<SlidingWindowLog, ModelLog>(quota, &ops)?;
+    }
+
+    #[test]
+    fn leaky_bucket_quota_changes(quota in quotas(), ops in ops_with(2)) {
+        adjustable::<LeakyBucket, Nginx>(quota, &ops)?;
+    }
+
+    #[test]
     fn token_bucket(quota in quotas(), ops in ops()) {
-        direct::<TokenBucket, ModelBucket>(quota, &ops)?;
-        keyed::<TokenBucket, ModelBucket>(quota, &ops)?;
+        direct::<TokenBucket, ModelBucket>(quota, &ops, fixed)?;
+        keyed::<TokenBucket, ModelBucket>(quota, &ops, fixed_keyed)?;
     }
 
     #[test]
     fn fixed_window(quota in quotas(), ops in ops()) {
-        direct::<FixedWindow, ModelWindow>(quota, &ops)?;
-        keyed::<FixedWindow, ModelWindow>(quota, &ops)?;
+        direct::<FixedWindow, ModelWindow>(quota, &ops, fixed)?;
+        keyed::<FixedWindow, ModelWindow>(quota, &ops, fixed_keyed)?;
     }
 
     #[test]
     fn sliding_window_counter(quota in quotas(), ops in ops()) {
-        direct::<SlidingWindowCounter, ModelCounter>(quota, &ops)?;
-        keyed::<SlidingWindowCounter, ModelCounter>(quota, &ops)?;
+        direct::<SlidingWindowCounter, ModelCounter>(quota, &ops, fixed)?;
+        keyed::<SlidingWindowCounter, ModelCounter>(quota, &ops, fixed_keyed)?;
     }
 
     #[test]
     fn sliding_window_log(quota in quotas(), ops in ops()) {
-        direct::<SlidingWindowLog, ModelLog>(quota, &ops)?;
-        keyed::<SlidingWindowLog, ModelLog>(quota, &ops)?;
+        direct::<SlidingWindowLog, ModelLog>(quota, &ops, fixed)?;
+        keyed::<SlidingWindowLog, ModelLog>(quota, &ops, fixed_keyed)?;
     }
 
     #[test]
     fn leaky_bucket(quota in quotas(), ops in ops()) {
-        direct::<LeakyBucket, Nginx>(quota, &ops)?;
-        keyed::<LeakyBucket, Nginx>(quota, &ops)?;
+        direct::<LeakyBucket, Nginx>(quota, &ops, fixed)?;
+        keyed::<LeakyBucket, Nginx>(quota, &ops, fixed_keyed)?;
     }
 
     /// A sharded limiter gives back at most what its shards hold in use,

@@ -128,7 +128,9 @@ impl FixedWindow {
         } else {
             // cost <= limit, so a denial means used > 0: the window ends the
             // state, and the next window admits any allowed cost.
-            let decision = Decision::deny(self.limit, (limit - used) as u32, until_end, until_end);
+            // After a run-time limit cut `used` may exceed the limit.
+            let left = limit.saturating_sub(used) as u32;
+            let decision = Decision::deny(self.limit, left, until_end, until_end);
             (decision, None)
         }
     }
@@ -155,6 +157,33 @@ impl FixedWindow {
     #[cfg(feature = "redis")]
     pub(crate) fn word(&self, window: u64, count: u64) -> u64 {
         (self.tag.tag(window) << self.count_bits) | count.min(u64::from(self.limit))
+    }
+}
+
+/// The count keeps all 32 bits, so any later limit fits; a change keeps the
+/// period (the window index), else [`QuotaError::PeriodFixed`].
+impl super::Adjust for FixedWindow {
+    fn adjustable(quota: &Quota) -> Result<Self, QuotaError> {
+        let period = quota.period_nanos();
+        Ok(FixedWindow {
+            count_bits: u32::BITS,
+            tag: WindowTag::new(u64::BITS - u32::BITS, period),
+            ..FixedWindow::from_quota(quota)?
+        })
+    }
+
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        super::adjustable::same_period(self.period, quota)?;
+        if bits_for(quota.limit()) > self.count_bits {
+            return Err(QuotaError::LimitTooLarge {
+                limit: quota.limit().into(),
+                max: (1 << self.count_bits) - 1,
+            });
+        }
+        Ok(FixedWindow {
+            limit: quota.limit(),
+            ..*self
+        })
     }
 }
 

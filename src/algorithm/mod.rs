@@ -7,6 +7,7 @@
 //! [`KeyedRateLimiter`](crate::KeyedRateLimiter)) are generic over
 //! [`Algorithm`], so an algorithm is chosen by type.
 
+mod adjustable;
 mod fixed_window;
 mod leaky_bucket;
 mod sharded;
@@ -14,6 +15,7 @@ mod sliding_window_counter;
 mod sliding_window_log;
 mod token_bucket;
 
+pub use adjustable::{Adjust, Adjustable};
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use sharded::{Sharded, ShardedState, Splittable};
@@ -82,6 +84,13 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
     /// sliding window log under its lock), so refunds racing checks lose
     /// nothing.
     fn refund(&self, state: &Self::State, now: u64, cost: u32) -> u32;
+
+    /// The quota these parameters enforce now, for parameters that change at
+    /// run time ([`Adjustable`]); `None` (the default): the quota they were
+    /// built from, which the limiter keeps.
+    fn current_quota(&self) -> Option<&Quota> {
+        None
+    }
 }
 
 /// Division by a divisor fixed at construction, by a multiply-high and one

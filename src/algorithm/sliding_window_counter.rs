@@ -259,6 +259,34 @@ impl SlidingWindowCounter {
     }
 }
 
+/// Both counts keep the widest packing (20 bits each, any limit up to
+/// `MAX_LIMIT`); a change keeps the period, else [`QuotaError::PeriodFixed`].
+impl super::Adjust for SlidingWindowCounter {
+    fn adjustable(quota: &Quota) -> Result<Self, QuotaError> {
+        let count_bits = bits_for(MAX_LIMIT);
+        Ok(SlidingWindowCounter {
+            count_bits,
+            tag: WindowTag::new(u64::BITS - 2 * count_bits, quota.period_nanos()),
+            ..SlidingWindowCounter::from_quota(quota)?
+        })
+    }
+
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        super::adjustable::same_period(self.period, quota)?;
+        let fresh = SlidingWindowCounter::from_quota(quota)?;
+        if fresh.count_bits > self.count_bits {
+            return Err(QuotaError::LimitTooLarge {
+                limit: quota.limit().into(),
+                max: (1 << self.count_bits) - 1,
+            });
+        }
+        Ok(SlidingWindowCounter {
+            limit: quota.limit(),
+            ..*self
+        })
+    }
+}
+
 impl Algorithm for SlidingWindowCounter {
     /// `window_tag << 2b | current << b | previous`; 0: never seen.
     type State = AtomicU64;

@@ -214,7 +214,9 @@ impl SlidingWindowLog {
                 }
             }
             let reset = newest.map_or(0, |e| self.until_expiry(e.at, now));
-            let decision = Decision::deny(self.limit, (limit - used) as u32, reset, retry);
+            // After a run-time limit cut `used` may exceed the limit.
+            let left = limit.saturating_sub(used) as u32;
+            let decision = Decision::deny(self.limit, left, reset, retry);
             (decision, None)
         }
     }

@@ -1,8 +1,10 @@
-//! Policies on a [`KeyedRateLimiter`] beyond checking: refunds.
+//! Policies on a [`KeyedRateLimiter`] beyond checking: refunds and run-time
+//! quota changes.
 
 use super::KeyedRateLimiter;
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Adjust, Adjustable, Algorithm};
 use crate::clock::Clock;
+use crate::{Quota, QuotaError};
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
@@ -44,5 +46,40 @@ where
         self.map
             .with(key, |state| self.algorithm.refund(state, now, cost))
             .unwrap_or(0)
+    }
+}
+
+impl<K, A, C, S> KeyedRateLimiter<K, Adjustable<A>, C, S>
+where
+    K: Hash + Eq,
+    A: Adjust,
+    C: Clock,
+    S: BuildHasher + Clone,
+{
+    /// Makes `quota` the one every key gets from its next check on, keeping
+    /// every key's state: see [`Adjustable`] for what each algorithm's state
+    /// then means. Checks stay lock-free; a check racing the change decides
+    /// under either quota.
+    ///
+    /// # Errors
+    ///
+    /// As [`Adjustable::set_quota`]; the quota in force is then unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::algorithm::Adjustable;
+    /// use rategate::{KeyedRateLimiter, ManualClock, Quota, SlidingWindowLog};
+    ///
+    /// let limiter = KeyedRateLimiter::<String, Adjustable<SlidingWindowLog>, _>::builder(Quota::per_hour(60)?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// assert!(limiter.check_n("anonymous", 60)?.is_allowed());
+    /// limiter.set_quota(Quota::per_hour(5000)?)?; // signed in: at once
+    /// assert_eq!(limiter.check("anonymous").remaining(), 4939);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+        self.algorithm.set_quota(quota)
     }
 }

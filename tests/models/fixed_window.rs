@@ -90,7 +90,7 @@ impl ModelWindow {
         } else {
             Ok(outcome(
                 false,
-                (self.limit - used) as u32,
+                self.limit.saturating_sub(used) as u32,
                 until_end,
                 until_end,
             ))
@@ -125,6 +125,12 @@ impl Model for ModelWindow {
             self.last = None;
         }
         given as u32
+    }
+}
+
+impl super::Retune for ModelWindow {
+    fn set_quota(&mut self, quota: &Quota) {
+        self.limit = quota.limit().into();
     }
 }
 

@@ -203,3 +203,14 @@ impl Model for Nginx {
         })
     }
 }
+
+impl super::Retune for Nginx {
+    /// nginx reloaded with the new zone rate and `limit_req` burst and
+    /// delay, the node kept.
+    fn set_quota(&mut self, quota: &Quota) {
+        let fresh = <Nginx as Model>::new(quota);
+        self.rate = fresh.rate;
+        self.burst = fresh.burst;
+        self.delay = fresh.delay;
+    }
+}

@@ -68,6 +68,14 @@ pub trait Model: Clone {
     fn refund(&mut self, now: u64, cost: u32) -> u32;
 }
 
+/// A model whose quota can change at run time, keeping its history, as
+/// `Adjustable` documents: the counting algorithms keep their counts.
+pub trait Retune {
+    /// From now on, decide under `quota` (for window models: the same
+    /// period).
+    fn set_quota(&mut self, quota: &Quota);
+}
+
 /// A model that can say when a key carries no information (a keyed
 /// limiter's sweep may then drop it).
 pub trait Idle {

@@ -195,3 +195,9 @@ impl super::Idle for ModelCounter {
         ModelCounter::is_idle(self, now)
     }
 }
+
+impl super::Retune for ModelCounter {
+    fn set_quota(&mut self, quota: &Quota) {
+        self.limit = quota.limit().into();
+    }
+}

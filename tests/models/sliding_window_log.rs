@@ -118,10 +118,17 @@ impl Model for ModelLog {
         Ok(Outcome {
             allowed,
             limit: self.limit as u32,
-            remaining: (self.limit - used_after) as u32,
+            remaining: self.limit.saturating_sub(used_after) as u32,
             reset_after: to_u64(reset_after),
             retry_after: to_u64(retry_after),
             delay: 0,
         })
+    }
+}
+
+impl super::Retune for ModelLog {
+    fn set_quota(&mut self, quota: &Quota) {
+        self.limit = quota.limit().into();
+        self.period = quota.period_nanos().into();
     }
 }
