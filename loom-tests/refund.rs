@@ -51,28 +51,32 @@ fn token_bucket_refund_races_checks() {
     let quota = Quota::per_second(3).unwrap();
     // Full: the checks pass only on what the refund gives back.
     refund_races_checks::<TokenBucket>(quota, 3, 1, &[1, 1]);
-    refund_races_checks::<TokenBucket>(quota, 2, 2, &[2]);
+    // Room for one: a check may pass before, during or after the refund.
+    refund_races_checks::<TokenBucket>(quota, 2, 1, &[1, 1]);
 }
 
 #[test]
 fn fixed_window_refund_races_checks() {
     let quota = Quota::per_second(3).unwrap();
     refund_races_checks::<FixedWindow>(quota, 3, 1, &[1, 1]);
-    refund_races_checks::<FixedWindow>(quota, 2, 2, &[2]);
+    // Room for one: a check may pass before, during or after the refund.
+    refund_races_checks::<FixedWindow>(quota, 2, 1, &[1, 1]);
 }
 
 #[test]
 fn sliding_window_counter_refund_races_checks() {
     let quota = Quota::per_second(3).unwrap();
     refund_races_checks::<SlidingWindowCounter>(quota, 3, 1, &[1, 1]);
-    refund_races_checks::<SlidingWindowCounter>(quota, 2, 2, &[2]);
+    // Room for one: a check may pass before, during or after the refund.
+    refund_races_checks::<SlidingWindowCounter>(quota, 2, 1, &[1, 1]);
 }
 
 #[test]
 fn sliding_window_log_refund_races_checks() {
     let quota = Quota::per_second(3).unwrap();
     refund_races_checks::<SlidingWindowLog>(quota, 3, 1, &[1, 1]);
-    refund_races_checks::<SlidingWindowLog>(quota, 2, 2, &[2]);
+    // Room for one: a check may pass before, during or after the refund.
+    refund_races_checks::<SlidingWindowLog>(quota, 2, 1, &[1, 1]);
 }
 
 #[test]
@@ -80,5 +84,5 @@ fn leaky_bucket_refund_races_checks() {
     // burst=2 nodelay: three pass at once.
     let quota: Quota = "10r/s burst=2 nodelay".parse().unwrap();
     refund_races_checks::<LeakyBucket>(quota, 3, 1, &[1, 1]);
-    refund_races_checks::<LeakyBucket>(quota, 3, 2, &[2]);
+    refund_races_checks::<LeakyBucket>(quota, 2, 1, &[1, 1]);
 }
