@@ -17,7 +17,8 @@
 //! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
-//!   [`StdClock`], [`ManualClock`] (tests).
+//!   [`StdClock`], [`UnixClock`] (windows on the wall clock), [`ManualClock`]
+//!   (tests).
 //! * Waiting for a slot instead of failing: [`Pacer`] and [`KeyedPacer`]
 //!   (blocking, and async with feature `tokio`), with deadlines
 //!   ([`WaitError`]) and [`Jitter`]; with feature `tokio`, `TokioClock`
@@ -83,7 +84,7 @@ pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 pub use algorithm::{Sharded, Splittable};
-pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
+pub use clock::{Clock, ManualClock, QuantaClock, StdClock, UnixClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
 pub use keyed::{KeyedBuilder, KeyedRateLimiter, Overflow};
