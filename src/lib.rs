@@ -27,6 +27,9 @@
 //!   follows the upstream's 429s and rate-limit headers
 //!   ([`UpstreamSignal`], [`Adaptation`]); [`presets`] for Stripe and
 //!   GitHub.
+//! * Policies on a live limiter: `refund` gives back an admitted cost,
+//!   [`algorithm::Adjustable`] lets `set_quota` change the quota in place,
+//!   [`snapshot`] saves a keyed limiter's state for a fresh one.
 //! * [`policy::AllOf`]: several limits that admit a request together or
 //!   not at all.
 //! * [`http`]: rate-limit header names and values (`x-ratelimit-*`, the
@@ -77,6 +80,7 @@ mod quota;
 pub mod redis;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod snapshot;
 mod sync;
 mod wait;
 

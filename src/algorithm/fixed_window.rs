@@ -187,6 +187,21 @@ impl super::Adjust for FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): the count moves to the
+    /// window holding its window's moved end.
+    pub(crate) fn moved(&self, word: u64, then: u64, now: u64) -> Option<u64> {
+        let count = word & ((1 << self.count_bits) - 1);
+        if count == 0 {
+            return Some(0);
+        }
+        let stored = self.tag.untag(word >> self.count_bits, then / self.period);
+        let window = super::moved_window(stored, self.period, then, now);
+        Some((self.tag.tag(window) << self.count_bits) | count)
+    }
+}
+
 /// `bits(n)`: the number of bits needed to hold any value up to `n`.
 #[inline]
 pub(super) fn bits_for(n: u32) -> u32 {

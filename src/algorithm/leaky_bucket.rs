@@ -226,6 +226,18 @@ impl LeakyBucket {
         (amount * UNIT).div_ceil(self.rate)
     }
 
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): `last` moves with the clock,
+    /// rounded up to a whole millisecond (less drain, never more).
+    pub(crate) fn moved(&self, word: u64, then: u64, now: u64) -> Option<u64> {
+        let Some(slot) = Slot::unpack(word) else {
+            return Some(0);
+        };
+        let last = super::moved_time(slot.last_ms * NANOS_PER_MS, then, now);
+        let last_ms = last.div_ceil(NANOS_PER_MS).min(MAX_MS);
+        Some(Slot { last_ms, ..slot }.pack())
+    }
+
     /// The level `slot` has drained to at `now_ms`, in thousandths, floored
     /// at one request below empty (a new key's level), and the `last` an
     /// update at `now_ms` stores.

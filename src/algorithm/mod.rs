@@ -149,6 +149,23 @@ pub(crate) fn update_word(
     }
 }
 
+/// A time `t` of a clock that read `then` when a snapshot was taken, on a
+/// clock that reads `now` at the restore: the time between counts as no time
+/// elapsed. Clamped to `u64`.
+pub(crate) fn moved_time(t: u64, then: u64, now: u64) -> u64 {
+    let t = i128::from(t) + i128::from(now) - i128::from(then);
+    t.clamp(0, i128::from(u64::MAX)) as u64
+}
+
+/// The window, of `period`, that holds the moved end of window `window`:
+/// a count restored there is held at least as long as it was before, never
+/// released early (a window of the restoring clock may start elsewhere).
+pub(crate) fn moved_window(window: u64, period: u64, then: u64, now: u64) -> u64 {
+    let end = (u128::from(window) + 1) * u128::from(period);
+    let end = u64::try_from(end).unwrap_or(u64::MAX);
+    moved_time(end, then, now).saturating_sub(1) / period
+}
+
 /// The error for a cost above capacity.
 #[inline]
 pub(crate) fn check_cost(cost: u32, capacity: u32) -> Result<(), CheckError> {

@@ -259,6 +259,20 @@ impl SlidingWindowCounter {
     }
 }
 
+impl SlidingWindowCounter {
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): both counts move to the
+    /// window holding the current window's moved end (and the one before).
+    pub(crate) fn moved(&self, word: u64, then: u64, now: u64) -> Option<u64> {
+        let counts = self.counts_at(word, then / self.period);
+        if counts.current == 0 && counts.previous == 0 {
+            return Some(0);
+        }
+        let window = super::moved_window(counts.window, self.period, then, now);
+        Some(self.pack(Counts { window, ..counts }))
+    }
+}
+
 /// Both counts keep the widest packing (20 bits each, any limit up to
 /// `MAX_LIMIT`); a change keeps the period, else [`QuotaError::PeriodFixed`].
 impl super::Adjust for SlidingWindowCounter {

@@ -256,6 +256,62 @@ impl SlidingWindowLog {
     }
 }
 
+impl SlidingWindowLog {
+    /// Appends the log (see [`Snapshot`](crate::snapshot::Snapshot)):
+    /// `latest` (u64), the number of entries (u32), then each entry's time
+    /// (u64) and cost (u32), little-endian, oldest first.
+    pub(crate) fn save_log(&self, state: &WindowLog, out: &mut Vec<u8>) {
+        let log = state.log.lock();
+        out.extend(log.latest.to_le_bytes());
+        // At most `limit` entries, a u32.
+        out.extend((log.entries.len() as u32).to_le_bytes());
+        for entry in &log.entries {
+            out.extend(entry.at.to_le_bytes());
+            out.extend(entry.cost.to_le_bytes());
+        }
+    }
+
+    /// A log from [`save_log`](Self::save_log)'s bytes, taken at `then` and
+    /// restored at `now`, its times moved with the clock; `None` if the
+    /// bytes are not a log this limit could hold.
+    pub(crate) fn load_log(&self, bytes: &[u8], then: u64, now: u64) -> Option<WindowLog> {
+        let (latest, rest) = bytes.split_first_chunk::<8>()?;
+        let (count, mut rest) = rest.split_first_chunk::<4>()?;
+        let count = u32::from_le_bytes(*count);
+        if count > self.limit || rest.len() != count as usize * 12 {
+            return None;
+        }
+        let latest = u64::from_le_bytes(*latest);
+        let mut log = Log {
+            entries: VecDeque::with_capacity(count as usize),
+            used: 0,
+            latest: super::moved_time(latest, then, now),
+        };
+        let mut previous = None;
+        while let Some((at, tail)) = rest.split_first_chunk::<8>() {
+            let (cost, tail) = tail.split_first_chunk::<4>()?;
+            let (at, cost) = (u64::from_le_bytes(*at), u32::from_le_bytes(*cost));
+            // Times strictly increasing, at most `latest`; costs at least 1,
+            // summing to at most the limit.
+            if cost == 0 || at > latest || previous.is_some_and(|p| p >= at) {
+                return None;
+            }
+            previous = Some(at);
+            log.used = log.used.checked_add(cost).filter(|&u| u <= self.limit)?;
+            // Times before the restoring clock's origin all become 0.
+            let at = super::moved_time(at, then, now);
+            match log.entries.back_mut() {
+                Some(last) if last.at == at => last.cost += cost,
+                _ => log.entries.push_back(Entry { at, cost }),
+            }
+            rest = tail;
+        }
+        Some(WindowLog {
+            log: Mutex::new(log),
+        })
+    }
+}
+
 impl Algorithm for SlidingWindowLog {
     /// The log of admitted requests; see [`WindowLog`].
     type State = WindowLog;

@@ -109,6 +109,16 @@ impl TokenBucket {
         }
     }
 
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): the TAT moves with the clock.
+    pub(crate) fn moved(&self, tat: u64, then: u64, now: u64) -> Option<u64> {
+        Some(if tat == 0 {
+            0
+        } else {
+            super::moved_time(tat, then, now)
+        })
+    }
+
     /// How many cost-1 requests pass after a state whose TAT is `tat`, `ahead`
     /// of now: each needs one interval within the burst tolerance, and one
     /// interval before the TAT reaches u64::MAX (which matters only within
