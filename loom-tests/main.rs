@@ -18,8 +18,10 @@ use loom::thread;
 use rategate::{Algorithm, Clock, Decision, ManualClock, Quota, RateLimiter, TokenBucket};
 use std::time::Duration;
 
+mod adjustable;
 mod algorithms;
 mod keyed;
+mod refund;
 
 /// Runs `f` under loom's exhaustive scheduler.
 pub(crate) fn model(f: impl Fn() + Sync + Send + 'static) {

@@ -8,11 +8,14 @@
 //!   vouches for its synchronization across cores, else clamped per thread);
 //! * [`StdClock`]: [`std::time::Instant`], for platforms where the TSC is not
 //!   trusted;
+//! * [`UnixClock`]: the wall clock, nanoseconds since the Unix epoch, so
+//!   that windows fall on Unix multiples of their period (a 1 h window
+//!   resets on the hour, and separate processes agree on window edges);
 //! * [`ManualClock`]: time moves only when a test says so; clones share one
 //!   time.
 
 use crate::sync::{Arc, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of time for a limiter: nanoseconds since the clock's origin.
 ///
@@ -226,6 +229,95 @@ impl Clock for QuantaClock {
             Clamp::Shared(mark) => mark.clamp(nanos),
             _ => nanos,
         }
+    }
+}
+
+/// The wall clock: nanoseconds since the Unix epoch (1970-01-01 00:00 UTC),
+/// read from [`SystemTime`] and clamped per thread so that it never goes
+/// back.
+///
+/// # Which clock to choose
+///
+/// For pure rate limiting keep the monotonic default ([`QuantaClock`]): it
+/// is cheaper (a TSC read, no system call) and immune to the wall clock
+/// being stepped. Choose `UnixClock` when windows must fall on the wall
+/// clock: with it a [`FixedWindow`](crate::FixedWindow) or
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) of one hour resets
+/// on the hour, as an API's documented reset does, separate processes agree
+/// on window edges (to the accuracy of their clocks' synchronisation), and
+/// [`reset_at`](UnixClock::reset_at) reports the reset as a Unix time. (The
+/// Redis limiters' scripts already count in the server's Unix time.)
+///
+/// A wall clock stepped back (an NTP correction) counts as no time elapsed,
+/// per thread, until it passes the latest reading again: never extra grants.
+/// A step forward moves every window on at once. The leaky bucket keeps
+/// milliseconds below 2^41 from its clock's origin, which Unix time passes
+/// in 2039: use a monotonic clock for it.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::{Clock, FixedWindow, Quota, RateLimiter, UnixClock};
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// let clock = UnixClock::new();
+/// let hourly = RateLimiter::<FixedWindow, _>::with_clock(Quota::per_hour(5000)?, clock.clone())?;
+/// let decision = hourly.check();
+/// // The window resets at the top of the next hour.
+/// let reset = clock.reset_at(&decision).duration_since(UNIX_EPOCH)?;
+/// assert_eq!(reset.as_secs() % 3600, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnixClock {
+    _private: (),
+}
+
+#[cfg(not(rategate_loom))]
+std::thread_local! {
+    /// The latest Unix time this thread has read through a [`UnixClock`]:
+    /// one scale for every `UnixClock`, so one mark serves all.
+    static LAST_UNIX: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl UnixClock {
+    /// The wall clock.
+    pub fn new() -> Self {
+        UnixClock { _private: () }
+    }
+
+    /// When the state a `decision` of a limiter on this clock describes
+    /// resets (`now + reset_after`), as a [`SystemTime`]. Read just after the
+    /// decision; late by the time between the two. For a window algorithm,
+    /// round to the window: resets fall on multiples of its period.
+    pub fn reset_at(&self, decision: &crate::Decision) -> SystemTime {
+        let at = self.now().saturating_add(decision.reset_after_nanos());
+        UNIX_EPOCH + Duration::from_nanos(at)
+    }
+
+    /// Nanoseconds since the epoch; 0 for a wall clock set before 1970.
+    fn raw() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, duration_to_nanos)
+    }
+}
+
+impl Clock for UnixClock {
+    #[cfg(not(rategate_loom))]
+    #[inline]
+    fn now(&self) -> u64 {
+        let raw = Self::raw();
+        LAST_UNIX.with(|last| {
+            let clamped = raw.max(last.get());
+            last.set(clamped);
+            clamped
+        })
+    }
+
+    #[cfg(rategate_loom)]
+    fn now(&self) -> u64 {
+        Self::raw()
     }
 }
 

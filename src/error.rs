@@ -62,6 +62,13 @@ pub enum QuotaError {
         /// The most a keyed limiter accepts.
         max: usize,
     },
+    /// A run-time quota change ([`Adjustable`](crate::algorithm::Adjustable))
+    /// asked a window algorithm for another period: its state counts in
+    /// windows of the period it was built with, so only the limit may change.
+    PeriodFixed {
+        /// The period the limiter keeps, in nanoseconds.
+        period_nanos: u64,
+    },
     /// A quota string could not be parsed.
     Parse {
         /// The text that was rejected.
@@ -108,6 +115,10 @@ impl fmt::Display for QuotaError {
             QuotaError::TooManyShards { shards, max } => write!(
                 f,
                 "{shards} map shards is more than a keyed limiter supports ({max})"
+            ),
+            QuotaError::PeriodFixed { period_nanos } => write!(
+                f,
+                "this algorithm's windows keep their period of {period_nanos} ns: only the limit can change at run time"
             ),
             QuotaError::Parse { input, reason } => {
                 write!(f, "invalid quota {input:?}: {reason}")

@@ -13,6 +13,9 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::time::Duration;
 
+// Refund (and later policies) on the keyed limiter, in their own file.
+mod policies;
+
 /// What a [`KeyedRateLimiter`] does with a new key when it already holds
 /// `max_keys` keys and a sweep freed no room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -620,9 +623,10 @@ where
         self.max_keys
     }
 
-    /// The quota every key gets.
+    /// The quota every key gets (the latest one set, for an
+    /// [`Adjustable`](crate::algorithm::Adjustable) algorithm).
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        self.algorithm.current_quota().unwrap_or(&self.quota)
     }
 
     /// The clock this limiter reads.

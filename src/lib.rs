@@ -17,7 +17,8 @@
 //! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
-//!   [`StdClock`], [`ManualClock`] (tests).
+//!   [`StdClock`], [`UnixClock`] (windows on the wall clock), [`ManualClock`]
+//!   (tests).
 //! * Waiting for a slot instead of failing: [`Pacer`] and [`KeyedPacer`]
 //!   (blocking, and async with feature `tokio`), with deadlines
 //!   ([`WaitError`]) and [`Jitter`]; with feature `tokio`, `TokioClock`
@@ -26,6 +27,9 @@
 //!   follows the upstream's 429s and rate-limit headers
 //!   ([`UpstreamSignal`], [`Adaptation`]); [`presets`] for Stripe and
 //!   GitHub.
+//! * Policies on a live limiter: `refund` gives back an admitted cost,
+//!   [`algorithm::Adjustable`] lets `set_quota` change the quota in place,
+//!   [`snapshot`] saves a keyed limiter's state for a fresh one.
 //! * [`policy::AllOf`]: several limits that admit a request together or
 //!   not at all.
 //! * [`http`]: rate-limit header names and values (`x-ratelimit-*`, the
@@ -76,6 +80,7 @@ mod quota;
 pub mod redis;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod snapshot;
 mod sync;
 mod wait;
 
@@ -83,7 +88,7 @@ pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 pub use algorithm::{Sharded, Splittable};
-pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
+pub use clock::{Clock, ManualClock, QuantaClock, StdClock, UnixClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
 pub use keyed::{DefaultKeyHasher, KeyedBuilder, KeyedRateLimiter, Overflow};

@@ -1,6 +1,6 @@
 //! The direct limiter: one bucket shared by every caller.
 
-use crate::algorithm::{Algorithm, TokenBucket};
+use crate::algorithm::{Adjust, Adjustable, Algorithm, TokenBucket};
 use crate::clock::{Clock, QuantaClock};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
@@ -94,9 +94,36 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
         self.algorithm.peek(&self.state, self.clock.now(), cost)
     }
 
-    /// The quota this limiter enforces.
+    /// Gives back up to `cost` of what earlier checks admitted (a request
+    /// that failed before doing its work), as the algorithm's
+    /// [`refund`](Algorithm::refund) documents: never more room than a
+    /// limiter never used. Returns how much was given back. Lock-free, as a
+    /// check is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::{ManualClock, Quota, RateLimiter, TokenBucket};
+    ///
+    /// let limiter = RateLimiter::<TokenBucket, _>::with_clock(Quota::per_minute(10)?, ManualClock::new())?;
+    /// assert!(limiter.check_n(10)?.is_allowed());
+    /// assert!(!limiter.check().is_allowed());
+    /// // The work failed before it started: give 4 back.
+    /// assert_eq!(limiter.refund(4), 4);
+    /// assert_eq!(limiter.peek().remaining(), 3);
+    /// // Never past a full bucket.
+    /// assert_eq!(limiter.refund(100), 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn refund(&self, cost: u32) -> u32 {
+        self.algorithm.refund(&self.state, self.clock.now(), cost)
+    }
+
+    /// The quota this limiter enforces (the latest one set, for an
+    /// [`Adjustable`] algorithm).
     pub fn quota(&self) -> &Quota {
-        &self.quota
+        self.algorithm.current_quota().unwrap_or(&self.quota)
     }
 
     /// The clock this limiter reads.
@@ -107,6 +134,21 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
     /// The algorithm's parameters.
     pub fn algorithm(&self) -> &A {
         &self.algorithm
+    }
+}
+
+impl<A: Adjust, C: Clock> RateLimiter<Adjustable<A>, C> {
+    /// Makes `quota` the one every later check enforces, keeping the state:
+    /// see [`Adjustable`] for what each algorithm's state then means (a
+    /// window that used 90 of 100, moved to 50, denies until it is back
+    /// below 50; a raised quota takes effect at once). Checks stay
+    /// lock-free; a check racing the change decides under either quota.
+    ///
+    /// # Errors
+    ///
+    /// As [`Adjustable::set_quota`]; the quota in force is then unchanged.
+    pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+        self.algorithm.set_quota(quota)
     }
 }
 

@@ -70,6 +70,13 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
     pub(crate) fn shrink_to_fit(&self) {
         self.map.shrink_to_fit();
     }
+
+    /// Visits every key and value, each shard under its read lock.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        for entry in self.map.iter() {
+            f(entry.key(), entry.value());
+        }
+    }
 }
 
 #[cfg(rategate_loom)]
@@ -128,4 +135,9 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
     }
 
     pub(crate) fn shrink_to_fit(&self) {}
+
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.iter().for_each(|(k, v)| f(k, v));
+    }
 }

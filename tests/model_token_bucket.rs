@@ -84,7 +84,7 @@ proptest! {
         let clock = ManualClock::new();
         let limiter = RateLimiter::<TokenBucket, _>::with_clock(quota(&case), clock.clone()).unwrap();
         let mut model = ModelBucket::with_params(case.limit, case.period, case.burst);
-        let interval = case.period / u64::from(case.limit);
+        let interval = case.period.div_ceil(u64::from(case.limit));
         for (i, (gap, cost)) in case.steps.iter().enumerate() {
             clock.advance_nanos(gap.nanos(interval));
             let now = clock.now_for_test();
@@ -105,7 +105,7 @@ proptest! {
             .unwrap();
         let mut models: Vec<ModelBucket> =
             (0..3).map(|_| ModelBucket::with_params(case.limit, case.period, case.burst)).collect();
-        let interval = case.period / u64::from(case.limit);
+        let interval = case.period.div_ceil(u64::from(case.limit));
         for ((gap, cost), key) in case.steps.iter().zip(keys) {
             clock.advance_nanos(gap.nanos(interval));
             let now = clock.now_for_test();

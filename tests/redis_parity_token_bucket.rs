@@ -25,7 +25,7 @@ use std::time::Duration;
 persistent!(PersistentTokenBucket, TokenBucket, "token_bucket.lua");
 
 /// Limits 1 to 40 over periods from the limit to 2^45 x the limit, with
-/// remainders (intervals rounded down), and bursts 1 to 60 or the default.
+/// remainders (intervals rounded up), and bursts 1 to 60 or the default.
 /// `tau` stays below 60 x 2^45 + 60 < 2^51.
 fn quotas() -> impl Strategy<Value = Quota> {
     let per = prop_oneof![1u64..1_000, 1u64..1_000_000_000, 1u64..(1 << 45)];

@@ -236,7 +236,7 @@ proptest! {
         steps in steps(200, 10),
     ) {
         let q = quota(limit, period).burst(burst).unwrap();
-        let interval = u128::from(period / u64::from(limit));
+        let interval = u128::from(period.div_ceil(u64::from(limit)));
         let mut admitted: Vec<(u64, u32)> = Vec::new();
         run::<TokenBucket, 4>(q, &steps, |now, cost, d, _| {
             if d.is_allowed() && cost > 0 {

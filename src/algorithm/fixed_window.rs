@@ -37,6 +37,13 @@ use crate::{CheckError, Decision, Quota, QuotaError};
 /// back into an earlier window stays in the window the state holds: no time
 /// has elapsed.
 ///
+/// # Refund
+///
+/// A refund lowers the count of the window a check at `now` would count in,
+/// never below zero; a window that has ended takes nothing back (its count
+/// is already forgotten), nor does the later window a clock that stepped
+/// back still sees. A window emptied by refunds is a key never seen.
+///
 /// # Window index wrap
 ///
 /// The stored window index is truncated to the bits the count leaves free
@@ -127,7 +134,9 @@ impl FixedWindow {
         } else {
             // cost <= limit, so a denial means used > 0: the window ends the
             // state, and the next window admits any allowed cost.
-            let decision = Decision::deny(self.limit, (limit - used) as u32, until_end, until_end);
+            // After a run-time limit cut `used` may exceed the limit.
+            let left = limit.saturating_sub(used) as u32;
+            let decision = Decision::deny(self.limit, left, until_end, until_end);
             (decision, word)
         }
     }
@@ -157,6 +166,48 @@ impl FixedWindow {
     }
 }
 
+/// The count keeps all 32 bits, so any later limit fits; a change keeps the
+/// period (the window index), else [`QuotaError::PeriodFixed`].
+impl super::Adjust for FixedWindow {
+    fn adjustable(quota: &Quota) -> Result<Self, QuotaError> {
+        let period = quota.period_nanos();
+        Ok(FixedWindow {
+            count_bits: u32::BITS,
+            tag: WindowTag::new(u64::BITS - u32::BITS, period),
+            ..FixedWindow::from_quota(quota)?
+        })
+    }
+
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        super::adjustable::same_period(self.period, quota)?;
+        if bits_for(quota.limit()) > self.count_bits {
+            return Err(QuotaError::LimitTooLarge {
+                limit: quota.limit().into(),
+                max: (1 << self.count_bits) - 1,
+            });
+        }
+        Ok(FixedWindow {
+            limit: quota.limit(),
+            ..*self
+        })
+    }
+}
+
+impl FixedWindow {
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): the count moves to the
+    /// window holding its window's moved end.
+    pub(crate) fn moved(&self, word: u64, then: u64, now: u64) -> Option<u64> {
+        let count = word & ((1 << self.count_bits) - 1);
+        if count == 0 {
+            return Some(0);
+        }
+        let stored = self.tag.untag(word >> self.count_bits, then / self.period);
+        let window = super::moved_window(stored, self.period, then, now);
+        Some((self.tag.tag(window) << self.count_bits) | count)
+    }
+}
+
 /// `bits(n)`: the number of bits needed to hold any value up to `n`.
 #[inline]
 pub(super) fn bits_for(n: u32) -> u32 {
@@ -166,6 +217,24 @@ pub(super) fn bits_for(n: u32) -> u32 {
 impl Algorithm for FixedWindow {
     /// `window_tag << count_bits | count`; 0: never seen.
     type State = AtomicU64;
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u32) -> u32 {
+        let current = now / self.period;
+        // What a refund can take from `word`: only a count in `now`'s window.
+        let taken = |word: u64| {
+            let count = word & ((1 << self.count_bits) - 1);
+            let live = count > 0 && self.tag.untag(word >> self.count_bits, current) == current;
+            if live { count.min(u64::from(cost)) } else { 0 }
+        };
+        // Relaxed: see `update_word`; the same compare-exchange on the same
+        // word as a check. Lowering the count leaves the tag bits alone.
+        let refunded = state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            let take = taken(word);
+            (take > 0).then(|| word - take)
+        });
+        // At most `cost`.
+        refunded.map_or(0, |word| taken(word) as u32)
+    }
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = quota.limit();

@@ -99,6 +99,14 @@ const MAX_MS: u64 = (1 << (64 - EXCESS_BITS)) - 2;
 /// Times that fall after the last millisecond the state can hold (below)
 /// are `u64::MAX`: never.
 ///
+/// # Refund
+///
+/// A refund pours `cost` requests of water back out: the level drained to
+/// `now` falls by `1000 x cost`, never below a new key's level (one request
+/// below empty, where the key becomes one never seen). The stored excess
+/// cannot go below empty, so a refund that would leave the level between
+/// the two keeps it at empty: less room than exact, never more.
+///
 /// # Limits of the packing
 ///
 /// * The burst is at most [`LeakyBucket::MAX_BURST`] (8 388: `burst * 1000`
@@ -223,6 +231,32 @@ impl LeakyBucket {
         quotient + u64::from(quotient * self.rate < n)
     }
 
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): `last` moves with the clock,
+    /// rounded up to a whole millisecond (less drain, never more).
+    pub(crate) fn moved(&self, word: u64, then: u64, now: u64) -> Option<u64> {
+        let Some(slot) = Slot::unpack(word) else {
+            return Some(0);
+        };
+        let last = super::moved_time(slot.last_ms * NANOS_PER_MS, then, now);
+        let last_ms = last.div_ceil(NANOS_PER_MS).min(MAX_MS);
+        Some(Slot { last_ms, ..slot }.pack())
+    }
+
+    /// The level `slot` has drained to at `now_ms`, in thousandths, floored
+    /// at one request below empty (a new key's level), and the `last` an
+    /// update at `now_ms` stores.
+    #[inline]
+    fn drained(&self, slot: Slot, now_ms: u64) -> (i64, u64) {
+        // A step back counts as no time elapsed and keeps `last`.
+        let ms = now_ms.saturating_sub(slot.last_ms);
+        // Saturation is harmless: any leak past the excess floors.
+        // leak <= u64::MAX / 1000 < i64::MAX.
+        let leak = self.rate.saturating_mul(ms) / UNIT;
+        let level = (slot.excess as i64 - leak as i64).max(-(UNIT as i64));
+        (level, if ms != 0 { now_ms } else { slot.last_ms })
+    }
+
     /// The pure decision core: given the stored word, decide a request of
     /// `cost` (at most the capacity) at `now`. Returns the decision and the
     /// word to store: a new one when the request is admitted with a cost
@@ -237,15 +271,7 @@ impl LeakyBucket {
         // admission would store.
         let (level, last_ms) = match stored {
             None => (-(UNIT as i64), now_ms),
-            Some(slot) => {
-                // A step back counts as no time elapsed and keeps `last`.
-                let ms = now_ms.saturating_sub(slot.last_ms);
-                // Saturation is harmless: any leak past the excess floors.
-                // leak <= u64::MAX / 1000 < i64::MAX.
-                let leak = self.rate.saturating_mul(ms) / UNIT;
-                let level = (slot.excess as i64 - leak as i64).max(-(UNIT as i64));
-                (level, if ms != 0 { now_ms } else { slot.last_ms })
-            }
+            Some(slot) => self.drained(slot, now_ms),
         };
         // cost <= MAX_BURST + 1: the product is small.
         let excess = (level + (UNIT * u64::from(cost)) as i64).max(0) as u64;
@@ -375,6 +401,35 @@ impl Algorithm for LeakyBucket {
 
     fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u32) -> u32 {
+        let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
+        let floor = -(UNIT as i64);
+        // The drained level and `last` of `word`, for a known key.
+        let drained_at = |word| Slot::unpack(word).map(|slot| self.drained(slot, now_ms));
+        // u32::MAX x 1000 < 2^42: no overflow.
+        let back = (UNIT * u64::from(cost)) as i64;
+        // Relaxed: see `update_word`; the same compare-exchange on the same
+        // word as a check.
+        let refunded = state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            let (level, last_ms) = drained_at(word).filter(|&(l, _)| l > floor && cost > 0)?;
+            let after = level - back;
+            Some(if after <= floor {
+                // Down to a new key's level: exactly a key never seen.
+                0
+            } else {
+                // Stored excess cannot go below empty: rounding up to 0
+                // keeps less room than the refund would give, never more.
+                let excess = after.max(0) as u64;
+                Slot { excess, last_ms }.pack()
+            })
+        });
+        refunded.ok().and_then(drained_at).map_or(0, |(level, _)| {
+            // What the level could fall, in whole requests, up to `cost`.
+            let room = (level - floor) as u64;
+            room.div_ceil(UNIT).min(u64::from(cost)) as u32
+        })
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`KeyedRateLimiter`](crate::KeyedRateLimiter)) are generic over
 //! [`Algorithm`], so an algorithm is chosen by type.
 
+mod adjustable;
 mod fixed_window;
 mod leaky_bucket;
 mod sharded;
@@ -14,6 +15,7 @@ mod sliding_window_counter;
 mod sliding_window_log;
 mod token_bucket;
 
+pub use adjustable::{Adjust, Adjustable};
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use sharded::{Sharded, ShardedState, Splittable};
@@ -68,6 +70,27 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
 
     /// The largest cost that can ever pass; at least 1.
     fn capacity(&self) -> u32;
+
+    /// Gives back up to `cost` of what earlier checks of `state` admitted, at
+    /// `now` (a request that failed before doing its work; GraphQL points
+    /// charged up front and corrected after). Returns how much was given
+    /// back: less than `cost` when the state holds less than that in use.
+    ///
+    /// A refund never creates capacity the key did not have: it never leaves
+    /// the state with more room than a key never seen, and it gives back only
+    /// what the current state still counts (each algorithm documents exactly
+    /// what, under "Refund"). A refund of 0 writes nothing. It updates the
+    /// state as a check does (one compare-exchange loop on the same word; the
+    /// sliding window log under its lock), so refunds racing checks lose
+    /// nothing.
+    fn refund(&self, state: &Self::State, now: u64, cost: u32) -> u32;
+
+    /// The quota these parameters enforce now, for parameters that change at
+    /// run time ([`Adjustable`]); `None` (the default): the quota they were
+    /// built from, which the limiter keeps.
+    fn current_quota(&self) -> Option<&Quota> {
+        None
+    }
 }
 
 /// Division by a divisor fixed at construction, by a multiply-high and one
@@ -130,6 +153,23 @@ pub(crate) fn update_word(
             Err(observed) => word = observed,
         }
     }
+}
+
+/// A time `t` of a clock that read `then` when a snapshot was taken, on a
+/// clock that reads `now` at the restore: the time between counts as no time
+/// elapsed. Clamped to `u64`.
+pub(crate) fn moved_time(t: u64, then: u64, now: u64) -> u64 {
+    let t = i128::from(t) + i128::from(now) - i128::from(then);
+    t.clamp(0, i128::from(u64::MAX)) as u64
+}
+
+/// The window, of `period`, that holds the moved end of window `window`:
+/// a count restored there is held at least as long as it was before, never
+/// released early (a window of the restoring clock may start elsewhere).
+pub(crate) fn moved_window(window: u64, period: u64, then: u64, now: u64) -> u64 {
+    let end = (u128::from(window) + 1) * u128::from(period);
+    let end = u64::try_from(end).unwrap_or(u64::MAX);
+    moved_time(end, then, now).saturating_sub(1) / period
 }
 
 /// The error for a cost above capacity.

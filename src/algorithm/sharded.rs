@@ -173,6 +173,12 @@ impl Splittable for TokenBucket {
 /// own cache line (`CachePadded`: 128 bytes on x86-64 and aarch64, so 512
 /// bytes per key for `N = 4`, whatever the inner state).
 ///
+/// # Refund
+///
+/// A refund goes to the thread's home shard first (where its checks land),
+/// then to the others in the order a check tries them, each taking back
+/// what its inner algorithm's refund allows, until `cost` is given back.
+///
 /// # Accuracy trade-offs
 ///
 /// * **What can pass.** The split never admits more than the whole quota:
@@ -442,6 +448,22 @@ impl<A: Splittable, const N: usize> Algorithm for Sharded<A, N> {
 
     fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    fn refund(&self, state: &Self::State, now: u64, cost: u32) -> u32 {
+        let home = home_index() % N;
+        let mut left = cost;
+        // As in `decide`: home, home + 1, ... (mod N), no overflow.
+        for offset in 0..N {
+            let index = (home + offset) % N;
+            if let (Some(shard), Some(shard_state)) =
+                (self.shards.get(index), state.shards.get(index))
+            {
+                // Each inner refund gives back at most what it is asked.
+                left -= shard.refund(shard_state, now, left);
+            }
+        }
+        cost - left
     }
 }
 

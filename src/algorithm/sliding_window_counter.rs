@@ -60,6 +60,13 @@ const MAX_LIMIT: u32 = (1 << 20) - 1;
 /// * A clock that steps back before the start of the stored window counts
 ///   as the start of that window: no time has elapsed.
 ///
+/// # Refund
+///
+/// A refund lowers the current window's count (the window of `now`, or the
+/// later one a clock that stepped back still sees), never below zero. The
+/// previous window's count is left alone: a request admitted there already
+/// weighs less than its cost, and its weight is fading.
+///
 /// # State and its limits
 ///
 /// One `AtomicU64` per key, `window_tag << 2b | current << b | previous`
@@ -272,9 +279,66 @@ impl SlidingWindowCounter {
     }
 }
 
+impl SlidingWindowCounter {
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): both counts move to the
+    /// window holding the current window's moved end (and the one before).
+    pub(crate) fn moved(&self, word: u64, then: u64, now: u64) -> Option<u64> {
+        let counts = self.counts_at(word, then / self.period);
+        if counts.current == 0 && counts.previous == 0 {
+            return Some(0);
+        }
+        let window = super::moved_window(counts.window, self.period, then, now);
+        Some(self.pack(Counts { window, ..counts }))
+    }
+}
+
+/// Both counts keep the widest packing (20 bits each, any limit up to
+/// `MAX_LIMIT`); a change keeps the period, else [`QuotaError::PeriodFixed`].
+impl super::Adjust for SlidingWindowCounter {
+    fn adjustable(quota: &Quota) -> Result<Self, QuotaError> {
+        let count_bits = bits_for(MAX_LIMIT);
+        Ok(SlidingWindowCounter {
+            count_bits,
+            tag: WindowTag::new(u64::BITS - 2 * count_bits, quota.period_nanos()),
+            ..SlidingWindowCounter::from_quota(quota)?
+        })
+    }
+
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        super::adjustable::same_period(self.period, quota)?;
+        let fresh = SlidingWindowCounter::from_quota(quota)?;
+        if fresh.count_bits > self.count_bits {
+            return Err(QuotaError::LimitTooLarge {
+                limit: quota.limit().into(),
+                max: (1 << self.count_bits) - 1,
+            });
+        }
+        Ok(SlidingWindowCounter {
+            limit: quota.limit(),
+            ..*self
+        })
+    }
+}
+
 impl Algorithm for SlidingWindowCounter {
     /// `window_tag << 2b | current << b | previous`; 0: never seen.
     type State = AtomicU64;
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u32) -> u32 {
+        let window = now / self.period;
+        let taken = |counts: Counts| counts.current.min(u64::from(cost));
+        // Relaxed: see `update_word`; the same compare-exchange on the same
+        // word as a check.
+        let refunded = state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            let counts = self.counts_at(word, window);
+            let take = taken(counts);
+            let current = counts.current - take;
+            (take > 0).then(|| self.pack(Counts { current, ..counts }))
+        });
+        // At most `cost`.
+        refunded.map_or(0, |word| taken(self.counts_at(word, window)) as u32)
+    }
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
         let limit = quota.limit();

@@ -48,6 +48,15 @@ use std::collections::VecDeque;
 /// at least 1 and the costs in the log sum to at most `limit`, so the ring
 /// never holds more than `limit` entries.
 ///
+/// # Refund
+///
+/// A refund takes `cost` off the *oldest* entries still in the window, the
+/// ones that would leave it first. It frees `cost` at once, and at every
+/// later time the log holds at least what it would hold had the refunded
+/// request never been admitted (taking the newest entries instead would free
+/// room early). Unlike the one-word algorithms it runs under the log's lock,
+/// as a check does.
+///
 /// # Memory per key
 ///
 /// On a 64-bit target, 56 bytes inline (the mutex, the ring's header, the
@@ -205,7 +214,9 @@ impl SlidingWindowLog {
                 }
             }
             let reset = newest.map_or(0, |e| self.until_expiry(e.at, now));
-            let decision = Decision::deny(self.limit, (limit - used) as u32, reset, retry);
+            // After a run-time limit cut `used` may exceed the limit.
+            let left = limit.saturating_sub(used) as u32;
+            let decision = Decision::deny(self.limit, left, reset, retry);
             (decision, None)
         }
     }
@@ -242,6 +253,62 @@ impl SlidingWindowLog {
             log.entries.reserve_exact(target - len);
         }
         log.entries.push_back(Entry { at, cost });
+    }
+}
+
+impl SlidingWindowLog {
+    /// Appends the log (see [`Snapshot`](crate::snapshot::Snapshot)):
+    /// `latest` (u64), the number of entries (u32), then each entry's time
+    /// (u64) and cost (u32), little-endian, oldest first.
+    pub(crate) fn save_log(&self, state: &WindowLog, out: &mut Vec<u8>) {
+        let log = state.log.lock();
+        out.extend(log.latest.to_le_bytes());
+        // At most `limit` entries, a u32.
+        out.extend((log.entries.len() as u32).to_le_bytes());
+        for entry in &log.entries {
+            out.extend(entry.at.to_le_bytes());
+            out.extend(entry.cost.to_le_bytes());
+        }
+    }
+
+    /// A log from [`save_log`](Self::save_log)'s bytes, taken at `then` and
+    /// restored at `now`, its times moved with the clock; `None` if the
+    /// bytes are not a log this limit could hold.
+    pub(crate) fn load_log(&self, bytes: &[u8], then: u64, now: u64) -> Option<WindowLog> {
+        let (latest, rest) = bytes.split_first_chunk::<8>()?;
+        let (count, mut rest) = rest.split_first_chunk::<4>()?;
+        let count = u32::from_le_bytes(*count);
+        if count > self.limit || rest.len() != count as usize * 12 {
+            return None;
+        }
+        let latest = u64::from_le_bytes(*latest);
+        let mut log = Log {
+            entries: VecDeque::with_capacity(count as usize),
+            used: 0,
+            latest: super::moved_time(latest, then, now),
+        };
+        let mut previous = None;
+        while let Some((at, tail)) = rest.split_first_chunk::<8>() {
+            let (cost, tail) = tail.split_first_chunk::<4>()?;
+            let (at, cost) = (u64::from_le_bytes(*at), u32::from_le_bytes(*cost));
+            // Times strictly increasing, at most `latest`; costs at least 1,
+            // summing to at most the limit.
+            if cost == 0 || at > latest || previous.is_some_and(|p| p >= at) {
+                return None;
+            }
+            previous = Some(at);
+            log.used = log.used.checked_add(cost).filter(|&u| u <= self.limit)?;
+            // Times before the restoring clock's origin all become 0.
+            let at = super::moved_time(at, then, now);
+            match log.entries.back_mut() {
+                Some(last) if last.at == at => last.cost += cost,
+                _ => log.entries.push_back(Entry { at, cost }),
+            }
+            rest = tail;
+        }
+        Some(WindowLog {
+            log: Mutex::new(log),
+        })
     }
 }
 
@@ -309,6 +376,26 @@ impl Algorithm for SlidingWindowLog {
 
     fn capacity(&self) -> u32 {
         self.limit
+    }
+
+    fn refund(&self, state: &WindowLog, now: u64, cost: u32) -> u32 {
+        if cost == 0 {
+            return 0;
+        }
+        // The mutex orders the refund with every check, as `check` argues.
+        let mut log = state.log.lock();
+        self.advance(&mut log, now);
+        let mut left = cost;
+        while let Some(oldest) = log.entries.front_mut().filter(|_| left > 0) {
+            let take = oldest.cost.min(left);
+            oldest.cost -= take;
+            left -= take;
+            if oldest.cost == 0 {
+                log.entries.pop_front();
+            }
+            log.used -= take;
+        }
+        cost - left
     }
 }
 

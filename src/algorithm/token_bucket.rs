@@ -32,9 +32,19 @@ pub(crate) const MAX_TAU: u64 = u64::MAX / 2;
 /// `remaining` counts only requests whose TAT still fits in `u64`, so it
 /// stays exact at the end of time too.
 ///
-/// The emission interval is `period / limit` rounded down to a whole
-/// nanosecond, so a rate that does not divide the period evenly runs at most
-/// one nanosecond per request fast (for 100 per minute, 1 part in 6e8).
+/// The emission interval is `period / limit` rounded *up* to a whole
+/// nanosecond ([`Quota::emission_interval_nanos`]), so the bucket never
+/// admits faster than configured: over any span of `t` nanoseconds it admits
+/// at most `capacity + limit x t / period` (exactly, not on average). A rate
+/// that does not divide the period evenly runs less than one nanosecond per
+/// request slow instead (for 167 per minute, 1 part in 4e8).
+///
+/// # Refund
+///
+/// A refund of `cost` moves the TAT back by `cost x interval`, but never
+/// below `now`: the tokens go back into the bucket as it is now, never past
+/// full (so a bucket that refilled in between keeps its refill, as Bucket4j's
+/// `addTokens` does, and a full bucket takes nothing back).
 ///
 /// # Examples
 ///
@@ -96,6 +106,16 @@ impl TokenBucket {
             }
             _ => (self.denial(base, used, increment, new_tat.is_some()), tat),
         }
+    }
+
+    /// A state word saved at `then`, restored at `now` (see
+    /// [`Snapshot`](crate::snapshot::Snapshot)): the TAT moves with the clock.
+    pub(crate) fn moved(&self, tat: u64, then: u64, now: u64) -> Option<u64> {
+        Some(if tat == 0 {
+            0
+        } else {
+            super::moved_time(tat, then, now)
+        })
     }
 
     /// The decision for a request of `increment` nanoseconds that does not
@@ -176,6 +196,21 @@ impl Algorithm for TokenBucket {
 
     fn capacity(&self) -> u32 {
         self.capacity
+    }
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u32) -> u32 {
+        let back = u64::from(cost).saturating_mul(self.interval);
+        let lowered = |tat: u64| tat.saturating_sub(back).max(now);
+        // Relaxed: see `update_word`; the same compare-exchange on the same
+        // word as a check, so a racing check sees the TAT before or after.
+        let refunded = state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| {
+            // A TAT at or before now is a full bucket: nothing to give back.
+            (tat > now && cost > 0).then(|| lowered(tat))
+        });
+        refunded.map_or(0, |tat| {
+            // At most `back`, so the quotient is at most `cost`.
+            (tat - lowered(tat)).div_ceil(self.interval) as u32
+        })
     }
 }
 

@@ -90,7 +90,7 @@ impl ModelWindow {
         } else {
             Ok(outcome(
                 false,
-                (self.limit - used) as u32,
+                self.limit.saturating_sub(used) as u32,
                 until_end,
                 until_end,
             ))
@@ -109,6 +109,28 @@ impl Model for ModelWindow {
 
     fn peek(&self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         self.clone().decide(now, cost, false)
+    }
+
+    /// Lowers the count of `now`'s window, never below zero; a window
+    /// emptied so is a key never seen.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        let w = now / self.period;
+        if self.window(now) != w {
+            return 0;
+        }
+        let used = self.used(w);
+        let given = used.min(cost.into());
+        self.counts.insert(w, used - given);
+        if used - given == 0 {
+            self.last = None;
+        }
+        given as u32
+    }
+}
+
+impl super::Retune for ModelWindow {
+    fn set_quota(&mut self, quota: &Quota) {
+        self.limit = quota.limit().into();
     }
 }
 

@@ -136,6 +136,31 @@ impl Model for Nginx {
         }
     }
 
+    /// Pours `1000 x cost` out of the level drained to now, never below one
+    /// request under empty (where the node is forgotten, a new one); the
+    /// stored excess stays at least 0.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        let now = (now / MS) as i64;
+        let Some(lr) = self.node.as_mut() else {
+            return 0;
+        };
+        let ms = (now - lr.last).max(0);
+        let level = (lr.excess - Self::leak(self.rate, ms)).max(-1000);
+        if level <= -1000 || cost == 0 {
+            return 0;
+        }
+        let after = level - 1000 * i64::from(cost);
+        if after <= -1000 {
+            self.node = None;
+            return ((level + 1000 + 999) / 1000).min(cost.into()) as u32;
+        }
+        lr.excess = after.max(0);
+        if ms != 0 {
+            lr.last = now;
+        }
+        cost
+    }
+
     fn request(&mut self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         let capacity = (self.burst / 1000 + 1) as u32;
         if cost > capacity {
@@ -176,5 +201,16 @@ impl Model for Nginx {
             retry_after,
             delay,
         })
+    }
+}
+
+impl super::Retune for Nginx {
+    /// nginx reloaded with the new zone rate and `limit_req` burst and
+    /// delay, the node kept.
+    fn set_quota(&mut self, quota: &Quota) {
+        let fresh = <Nginx as Model>::new(quota);
+        self.rate = fresh.rate;
+        self.burst = fresh.burst;
+        self.delay = fresh.delay;
     }
 }

@@ -61,6 +61,19 @@ pub trait Model: Clone {
     fn peek(&self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         self.clone().request(now, cost)
     }
+
+    /// Gives back up to `cost` at `now` as `refund` does, written from the
+    /// algorithm's documented refund semantics; returns how much was given
+    /// back. Covers times that never go back.
+    fn refund(&mut self, now: u64, cost: u32) -> u32;
+}
+
+/// A model whose quota can change at run time, keeping its history, as
+/// `Adjustable` documents: the counting algorithms keep their counts.
+pub trait Retune {
+    /// From now on, decide under `quota` (for window models: the same
+    /// period).
+    fn set_quota(&mut self, quota: &Quota);
 }
 
 /// A model that can say when a key carries no information (a keyed

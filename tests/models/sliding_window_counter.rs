@@ -162,6 +162,21 @@ impl ModelCounter {
 }
 
 impl Model for ModelCounter {
+    /// Takes cost off the current window's admissions, never below zero.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        let t = u128::from(now).max(self.floor);
+        let w = t / self.period;
+        let mut left = u128::from(cost);
+        let period = self.period;
+        for (_, c) in self.admitted.iter_mut().filter(|(at, _)| *at / period == w) {
+            let take = (*c).min(left);
+            *c -= take;
+            left -= take;
+        }
+        self.admitted.retain(|&(_, c)| c > 0);
+        (u128::from(cost) - left) as u32
+    }
+
     fn new(quota: &Quota) -> Self {
         ModelCounter::with_params(quota.limit(), quota.period_nanos())
     }
@@ -178,5 +193,11 @@ impl Model for ModelCounter {
 impl super::Idle for ModelCounter {
     fn is_idle(&self, now: u64) -> bool {
         ModelCounter::is_idle(self, now)
+    }
+}
+
+impl super::Retune for ModelCounter {
+    fn set_quota(&mut self, quota: &Quota) {
+        self.limit = quota.limit().into();
     }
 }

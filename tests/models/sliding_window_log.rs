@@ -55,6 +55,21 @@ impl Model for ModelLog {
         ModelLog::with_params(quota.limit(), quota.period_nanos())
     }
 
+    /// Takes cost off the oldest admissions still in the window.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        self.latest = self.latest.max(now.into());
+        let t = self.latest;
+        let period = self.period;
+        let mut left = cost;
+        for (_, c) in self.admitted.iter_mut().filter(|(a, _)| *a + period > t) {
+            let take = (*c).min(left);
+            *c -= take;
+            left -= take;
+        }
+        self.admitted.retain(|&(_, c)| c > 0);
+        cost - left
+    }
+
     fn request(&mut self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
         if u128::from(cost) > self.limit {
             return Err(CheckError::CostExceedsCapacity {
@@ -103,10 +118,17 @@ impl Model for ModelLog {
         Ok(Outcome {
             allowed,
             limit: self.limit as u32,
-            remaining: (self.limit - used_after) as u32,
+            remaining: self.limit.saturating_sub(used_after) as u32,
             reset_after: to_u64(reset_after),
             retry_after: to_u64(retry_after),
             delay: 0,
         })
+    }
+}
+
+impl super::Retune for ModelLog {
+    fn set_quota(&mut self, quota: &Quota) {
+        self.limit = quota.limit().into();
+        self.period = quota.period_nanos().into();
     }
 }

@@ -22,8 +22,10 @@ pub struct ModelBucket {
 }
 
 impl ModelBucket {
+    /// One token per `period / limit` rounded up to a whole nanosecond: the
+    /// crate's promise is never to admit faster than the quota.
     pub fn with_params(limit: u32, period: u64, burst: Option<u32>) -> Self {
-        let interval = u128::from(period / u64::from(limit));
+        let interval = u128::from(period.div_ceil(u64::from(limit)));
         let capacity = u128::from(burst.unwrap_or(limit));
         ModelBucket {
             interval,
@@ -68,5 +70,24 @@ impl Model for ModelBucket {
             // A token bucket never delays.
             delay: 0,
         })
+    }
+
+    /// The tokens go back into the bucket as it is now, never past full.
+    fn refund(&mut self, now: u64, cost: u32) -> u32 {
+        let now = u128::from(now);
+        let full = self.capacity * self.interval;
+        self.credit = (self.credit + (now - self.last)).min(full);
+        self.last = now;
+        let given = (u128::from(cost) * self.interval).min(full - self.credit);
+        self.credit += given;
+        given.div_ceil(self.interval) as u32
+    }
+}
+
+impl super::Retune for ModelBucket {
+    /// Not modelled: the token bucket keeps its time to full across a
+    /// change, which `tests/set_quota.rs` checks directly.
+    fn set_quota(&mut self, _: &Quota) {
+        unimplemented!("the token bucket's quota change is tested directly")
     }
 }

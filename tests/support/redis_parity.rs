@@ -68,6 +68,10 @@ macro_rules! persistent {
             fn capacity(&self) -> u32 {
                 self.0.capacity()
             }
+
+            fn refund(&self, state: &Self::State, now: u64, cost: u32) -> u32 {
+                self.0.refund(state, now, cost)
+            }
         }
 
         impl ::rategate::redis::RedisAlgorithm for $name {

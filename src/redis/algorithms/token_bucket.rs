@@ -8,8 +8,9 @@ use crate::{Quota, QuotaError};
 /// The script's parameters: `[interval, capacity, tau, ticks_per_ms]`.
 ///
 /// * `interval`: the emission interval in ticks, `period / limit` rounded
-///   down (in nanosecond ticks exactly the in-memory interval; in
-///   microsecond ticks the rate runs at most one tick per token fast).
+///   up (in nanosecond ticks exactly the in-memory interval; in microsecond
+///   ticks less than one tick per token slow, never fast: the script admits
+///   at most `capacity + limit x t / period` over any span `t`, as memory does).
 /// * `capacity`: the burst, by default the limit, as in memory.
 /// * `tau = capacity x interval`: at most 2^51 ticks, a quarter of Lua's
 ///   exact range, so that every `now` below 2^52 ticks is served (server
@@ -29,13 +30,16 @@ impl RedisAlgorithm for TokenBucket {
     fn script_params(quota: &Quota, tick_nanos: u64) -> Result<Vec<i64>, QuotaError> {
         TokenBucket::from_quota(quota)?;
         let tick_nanos = tick_nanos.max(1);
-        let interval = quota.emission_interval_nanos() / tick_nanos;
-        if interval == 0 {
+        // Finer than one tick per request: rounding up would halve the rate
+        // or worse, so refuse it.
+        if quota.period_nanos() / u64::from(quota.limit()) < tick_nanos {
             return Err(QuotaError::RateTooHigh {
                 limit: quota.limit().into(),
                 period_nanos: quota.period_nanos(),
             });
         }
+        // ceil(ceil(period / limit) / tick) = ceil(period / (limit x tick)).
+        let interval = quota.emission_interval_nanos().div_ceil(tick_nanos);
         let capacity = quota.burst_or(quota.limit());
         let tau = interval
             .checked_mul(u64::from(capacity))
@@ -60,15 +64,16 @@ mod tests {
     #[test]
     fn nanosecond_params_are_the_in_memory_ones() {
         let quota = Quota::per_minute(7).unwrap().burst(3).unwrap();
-        let interval: i64 = 60_000_000_000 / 7;
+        let interval = 60_000_000_000_u64.div_ceil(7) as i64;
+        assert_eq!(interval, 8_571_428_572);
         assert_eq!(
             TokenBucket::script_params(&quota, 1),
             Ok(vec![interval, 3, 3 * interval, 1_000_000])
         );
-        // Microseconds: the interval rounds down to whole ticks.
+        // Microseconds: the interval rounds up to whole ticks, never faster.
         assert_eq!(
             TokenBucket::script_params(&quota, 1000),
-            Ok(vec![8_571_428, 3, 3 * 8_571_428, 1000])
+            Ok(vec![8_571_429, 3, 3 * 8_571_429, 1000])
         );
     }
 

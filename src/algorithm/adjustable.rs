@@ -1,0 +1,266 @@
+//! [`Adjustable`]: any algorithm whose quota can change at run time, without
+//! rebuilding the limiter or losing any key's state.
+
+use super::{Algorithm, LeakyBucket, SlidingWindowLog, TokenBucket};
+use crate::sync::{AtomicPtr, Mutex, Ordering};
+use crate::{CheckError, Decision, Quota, QuotaError};
+use std::fmt;
+
+/// An algorithm whose parameters can be rebuilt for another quota so that
+/// they still read the states the old ones wrote.
+pub trait Adjust: Algorithm {
+    /// Parameters for `quota` whose state layout every later
+    /// [`retune`](Adjust::retune) keeps (the window algorithms take their
+    /// widest packing). By default [`from_quota`](Algorithm::from_quota).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_quota`](Algorithm::from_quota).
+    fn adjustable(quota: &Quota) -> Result<Self, QuotaError> {
+        Self::from_quota(quota)
+    }
+
+    /// Parameters for `quota` that read the states `self` wrote.
+    ///
+    /// # Errors
+    ///
+    /// What [`from_quota`](Algorithm::from_quota) refuses, and
+    /// [`QuotaError::PeriodFixed`] for a window algorithm asked for another
+    /// period.
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError>;
+}
+
+/// The window algorithms count in windows of their period: a change must
+/// keep it.
+pub(super) fn same_period(period: u64, quota: &Quota) -> Result<(), QuotaError> {
+    if quota.period_nanos() == period {
+        Ok(())
+    } else {
+        Err(QuotaError::PeriodFixed {
+            period_nanos: period,
+        })
+    }
+}
+
+/// The state is the theoretical arrival time, an absolute time: it keeps
+/// *how long until the bucket is full again*, not a count of tokens. Under
+/// the new quota the key holds `(tau' - (TAT - now)) / T'` tokens (`tau'` the
+/// new burst tolerance, `T'` the new interval). With the default burst
+/// (`tau` = the period) the bucket stays as full *in proportion*: 90 of 100
+/// used, moved to 50 per period, leaves 5 (90% used); a smaller burst than
+/// the debt denies until the debt has drained below it; a raised quota gives
+/// its larger burst and faster refill at once.
+impl Adjust for TokenBucket {
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        TokenBucket::from_quota(quota)
+    }
+}
+
+/// The state is the excess in thousandths of a request, absolute: under the
+/// new burst a key whose excess is above it is denied until the new rate has
+/// drained it below; a raised burst or rate takes effect at once.
+impl Adjust for LeakyBucket {
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        LeakyBucket::from_quota(quota)
+    }
+}
+
+/// The log of admissions is absolute: a key that used 90 of 100 in the last
+/// period, moved to 50, is denied until its entries in the window sum below
+/// 50 (entries leave one period after they were admitted); a raised limit
+/// takes effect at once. The period may change too: the window is then the
+/// new period back from now.
+impl Adjust for SlidingWindowLog {
+    fn retune(&self, quota: &Quota) -> Result<Self, QuotaError> {
+        SlidingWindowLog::from_quota(quota)
+    }
+}
+
+/// Parameters that can be replaced at run time: the quota a check uses is
+/// one pointer away, swapped atomically by [`set_quota`](Adjustable::set_quota).
+///
+/// Wrap an algorithm in it to change the quota of a live limiter
+/// ([`RateLimiter::set_quota`](crate::RateLimiter::set_quota),
+/// [`KeyedRateLimiter::set_quota`](crate::KeyedRateLimiter::set_quota)) without
+/// rebuilding it or losing any key's state. A limiter not built with it pays
+/// nothing; one built with it pays one extra load per check (the pointer to
+/// the current parameters).
+///
+/// # What happens to state
+///
+/// Every key keeps its state, read under the new parameters from its next
+/// check on; what that means is documented per algorithm on its [`Adjust`]
+/// implementation. In short: the counting algorithms (fixed window, sliding
+/// window counter and log, leaky bucket) keep their counts, so a key that
+/// used 90 of 100 and is moved to 50 is denied until it is back below 50,
+/// and a raised quota takes effect at once; the token bucket keeps its time
+/// to full (proportional use). The window algorithms keep their period
+/// ([`QuotaError::PeriodFixed`] otherwise) and are built with their widest
+/// state packing, so any later limit fits. A check racing the change
+/// decides under either quota, whole.
+///
+/// # Memory
+///
+/// Each change keeps the parameters it replaced (the size of `A` plus a
+/// [`Quota`], a few dozen bytes) until the limiter is dropped, so that a
+/// check still reading them never reads freed memory. Changing a quota a
+/// million times costs tens of megabytes: change quotas when they change,
+/// not per request.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::algorithm::Adjustable;
+/// use rategate::{FixedWindow, ManualClock, Quota, RateLimiter};
+///
+/// let limiter =
+///     RateLimiter::<Adjustable<FixedWindow>, _>::with_clock(Quota::per_minute(100)?, ManualClock::new())?;
+/// assert!(limiter.check_n(90)?.is_allowed());
+/// limiter.set_quota(Quota::per_minute(50)?)?;
+/// assert!(!limiter.check().is_allowed()); // 90 used of 50
+/// limiter.set_quota(Quota::per_minute(200)?)?;
+/// assert_eq!(limiter.check().remaining(), 109);
+/// assert_eq!(limiter.quota().limit(), 200);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Adjustable<A> {
+    /// The parameters checks use: always one of `versions`' boxes.
+    current: AtomicPtr<Version<A>>,
+    /// Every version ever current, the latest last, each boxed so it never
+    /// moves; dropped only with `self`.
+    versions: Mutex<Vec<Box<Version<A>>>>,
+}
+
+/// One quota and the parameters built from it.
+#[derive(Debug)]
+struct Version<A> {
+    algorithm: A,
+    quota: Quota,
+}
+
+impl<A: Adjust> Adjustable<A> {
+    /// The current parameters and quota.
+    #[inline]
+    fn version(&self) -> &Version<A> {
+        // Acquire: pairs with the Release store in `set_quota`, so the
+        // version's fields, written before it was published, are seen.
+        let current = self.current.load(Ordering::Acquire);
+        // SAFETY: `current` always points into a box owned by `versions`,
+        // set before publication; boxes are never removed or moved out
+        // before `self` is dropped, and `&self` outlives the borrow.
+        unsafe { &*current }
+    }
+
+    /// The quota checks enforce now.
+    pub fn quota(&self) -> &Quota {
+        &self.version().quota
+    }
+
+    /// The current parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.version().algorithm
+    }
+
+    /// Makes `quota` the one every later check enforces. Lock-free for
+    /// checks; concurrent changes are serialised by a mutex.
+    ///
+    /// # Errors
+    ///
+    /// What [`Adjust::retune`] refuses (a window algorithm asked for another
+    /// period, a quota the algorithm cannot represent); the quota in force
+    /// is then unchanged.
+    pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+        let mut versions = self.versions.lock();
+        let algorithm = self.version().algorithm.retune(&quota)?;
+        let mut version = Box::new(Version { algorithm, quota });
+        let published: *mut Version<A> = &mut *version;
+        versions.push(version);
+        // Release: see `version`.
+        self.current.store(published, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl<A: Adjust> Algorithm for Adjustable<A> {
+    type State = A::State;
+
+    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
+        let mut version = Box::new(Version {
+            algorithm: A::adjustable(quota)?,
+            quota: *quota,
+        });
+        let current = AtomicPtr::new(&mut *version as *mut Version<A>);
+        Ok(Adjustable {
+            current,
+            versions: Mutex::new(vec![version]),
+        })
+    }
+
+    fn new_state(&self) -> A::State {
+        self.algorithm().new_state()
+    }
+
+    #[inline]
+    fn check(&self, state: &A::State, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        self.algorithm().check(state, now, cost)
+    }
+
+    #[inline]
+    fn peek(&self, state: &A::State, now: u64, cost: u32) -> Result<Decision, CheckError> {
+        self.algorithm().peek(state, now, cost)
+    }
+
+    fn is_idle(&self, state: &A::State, now: u64) -> bool {
+        self.algorithm().is_idle(state, now)
+    }
+
+    fn capacity(&self) -> u32 {
+        self.algorithm().capacity()
+    }
+
+    fn refund(&self, state: &A::State, now: u64, cost: u32) -> u32 {
+        self.algorithm().refund(state, now, cost)
+    }
+
+    fn current_quota(&self) -> Option<&Quota> {
+        Some(self.quota())
+    }
+}
+
+impl<A: Adjust + fmt::Debug> fmt::Debug for Adjustable<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adjustable")
+            .field("quota", self.quota())
+            .field("algorithm", self.algorithm())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+    use crate::{FixedWindow, SlidingWindowCounter};
+
+    #[test]
+    fn window_algorithms_keep_their_period() {
+        let fw = Adjustable::<FixedWindow>::from_quota(&Quota::per_second(5).unwrap()).unwrap();
+        let err = fw.set_quota(Quota::per_minute(5).unwrap());
+        assert_eq!(
+            err,
+            Err(QuotaError::PeriodFixed {
+                period_nanos: 1_000_000_000
+            })
+        );
+        assert_eq!(fw.quota().limit(), 5);
+        let swc =
+            Adjustable::<SlidingWindowCounter>::from_quota(&Quota::per_second(5).unwrap()).unwrap();
+        assert!(
+            swc.set_quota(Quota::per_second((1 << 20) - 1).unwrap())
+                .is_ok()
+        );
+        assert!(matches!(
+            swc.set_quota(Quota::per_second(1 << 20).unwrap()),
+            Err(QuotaError::LimitTooLarge { .. })
+        ));
+    }
+}
