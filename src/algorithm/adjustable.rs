@@ -124,11 +124,13 @@ impl Adjust for SlidingWindowLog {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Adjustable<A> {
-    /// The parameters checks use: always one of `versions`' boxes.
+    /// The parameters checks use: always one of `versions`' allocations.
     current: AtomicPtr<Version<A>>,
-    /// Every version ever current, the latest last, each boxed so it never
-    /// moves; dropped only with `self`.
-    versions: Mutex<Vec<Box<Version<A>>>>,
+    /// Every version ever current, the latest last, each in its own
+    /// allocation so it never moves; dropped only with `self`. (An `Arc`
+    /// rather than a `Box`: moving a `Box` asserts unique access to its
+    /// contents, which the published pointer would contradict.)
+    versions: Mutex<Vec<std::sync::Arc<Version<A>>>>,
 }
 
 /// One quota and the parameters built from it.
@@ -145,7 +147,7 @@ impl<A: Adjust> Adjustable<A> {
         // Acquire: pairs with the Release store in `set_quota`, so the
         // version's fields, written before it was published, are seen.
         let current = self.current.load(Ordering::Acquire);
-        // SAFETY: `current` always points into a box owned by `versions`,
+        // SAFETY: `current` always points into an allocation owned by `versions`,
         // set before publication; boxes are never removed or moved out
         // before `self` is dropped, and `&self` outlives the borrow.
         unsafe { &*current }
@@ -172,8 +174,9 @@ impl<A: Adjust> Adjustable<A> {
     pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
         let mut versions = self.versions.lock();
         let algorithm = self.version().algorithm.retune(&quota)?;
-        let mut version = Box::new(Version { algorithm, quota });
-        let published: *mut Version<A> = &mut *version;
+        let version = std::sync::Arc::new(Version { algorithm, quota });
+        // Only ever read through: see `version`.
+        let published = std::sync::Arc::as_ptr(&version).cast_mut();
         versions.push(version);
         // Release: see `version`.
         self.current.store(published, Ordering::Release);
@@ -185,11 +188,11 @@ impl<A: Adjust> Algorithm for Adjustable<A> {
     type State = A::State;
 
     fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
-        let mut version = Box::new(Version {
+        let version = std::sync::Arc::new(Version {
             algorithm: A::adjustable(quota)?,
             quota: *quota,
         });
-        let current = AtomicPtr::new(&mut *version as *mut Version<A>);
+        let current = AtomicPtr::new(std::sync::Arc::as_ptr(&version).cast_mut());
         Ok(Adjustable {
             current,
             versions: Mutex::new(vec![version]),
