@@ -5,14 +5,15 @@
 //! cap). Bounded in count and time; nothing leaves 127.0.0.1.
 //!
 //! ```sh
-//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS]
+//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS]
 //! ```
 //!
 //! Each phase runs SECS seconds (default 5) with CONNS kept-alive HTTP/1.1
 //! connections (default 32), the client and the server in one process on
-//! separate runtimes. The million-key phase sends exactly 1,000,000
+//! separate runtimes; the three phases alternate ROUNDS times (default 2). The million-key phase sends exactly 1,000,000
 //! requests (or stops after 120 s). Then the layer alone is timed
-//! in-process, without sockets, per call.
+//! in-process, without sockets, per call; `axum_load in-process [CALLS]`
+//! runs only that part (for a profiler: `valgrind --tool=callgrind`).
 
 #[path = "axum_api.rs"]
 mod api;
@@ -188,7 +189,7 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 
 /// The layer alone, in-process: ns per request through `RateLimit` around
 /// a service that answers at once, against the same service bare.
-fn in_process(limiters: &Limiters) {
+fn in_process(limiters: &Limiters, calls: u32) {
     use tower::{Layer, Service, ServiceExt};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -206,13 +207,12 @@ fn in_process(limiters: &Limiters) {
         }
         r
     };
-    const N: u32 = 200_000;
     let time = |f: &mut dyn FnMut()| {
         let start = Instant::now();
-        for _ in 0..N {
+        for _ in 0..calls {
             f();
         }
-        start.elapsed().as_nanos() as f64 / f64::from(N)
+        start.elapsed().as_nanos() as f64 / f64::from(calls)
     };
     let mut bare = inner;
     let mut limited = limiters.layer().layer(inner);
@@ -232,7 +232,7 @@ fn in_process(limiters: &Limiters) {
         })
     });
     println!();
-    println!("In-process, {N} calls each (request built, headers written):");
+    println!("In-process, {calls} calls each (request built, headers written):");
     println!("  bare service                         {bare_ns:>8.0} ns/request");
     println!(
         "  layer, anonymous (one rule)          {one_ns:>8.0} ns/request (+{:.0} ns)",
@@ -245,35 +245,50 @@ fn in_process(limiters: &Limiters) {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "in-process") {
+        // Only the in-process timing (for a profiler such as callgrind).
+        let calls = args.nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+        in_process(&Limiters::new(&generous()), calls);
+        return;
+    }
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     let conns: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
-    println!("{secs} s per phase, {conns} connections, loopback\n");
+    let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    println!("{secs} s per phase, {conns} connections, {rounds} rounds, loopback\n");
     println!("| phase | requests | requests/s | p50 µs | p99 µs | 2xx / 429 |");
     println!("|---|---:|---:|---:|---:|---:|");
 
     let bare = serve(api::app(None));
-    let base = report(
-        "no layer",
-        &load(bare, conns, secs, u64::MAX, "/v1/charges", no_headers),
-    );
-
     let limiters = Limiters::new(&generous());
     let limited = serve(api::app(Some(limiters.layer())));
-    let one = report(
-        "layer, anonymous by IP (one rule)",
-        &load(limited, conns, secs, u64::MAX, "/v1/charges", no_headers),
-    );
-    let two = report(
-        "layer, signed-in by token (hourly + read, all or nothing)",
-        &load(limited, conns, secs, u64::MAX, "/v1/charges", token),
-    );
+    // Phases alternate, ROUNDS times, so that a machine whose load drifts
+    // (other work, thermal limits) weighs on every phase alike.
+    let mut totals = [0.0f64; 3];
+    for round in 1..=rounds {
+        let base = report(
+            &format!("no layer (round {round})"),
+            &load(bare, conns, secs, u64::MAX, "/v1/charges", no_headers),
+        );
+        let one = report(
+            &format!("layer, anonymous by IP, one rule (round {round})"),
+            &load(limited, conns, secs, u64::MAX, "/v1/charges", no_headers),
+        );
+        let two = report(
+            &format!("layer, signed-in by token, hourly + read all or nothing (round {round})"),
+            &load(limited, conns, secs, u64::MAX, "/v1/charges", token),
+        );
+        for (total, rps) in totals.iter_mut().zip([base, one, two]) {
+            *total += rps;
+        }
+    }
+    let [base, one, two] = totals;
 
     let million = load(limited, conns, 120, 1_000_000, "/v1/charges", distinct_ip);
     report("layer, 1,000,000 distinct client IPs", &million);
     println!();
     println!(
-        "Throughput against no layer: one rule {:+.1}%, two rules {:+.1}%",
+        "Throughput against no layer (all rounds): one rule {:+.1}%, two rules {:+.1}%",
         (one / base - 1.0) * 100.0,
         (two / base - 1.0) * 100.0
     );
@@ -286,5 +301,5 @@ fn main() {
         limiters.anonymous_hourly.overflow_count()
     );
     assert!(held <= cap, "the key cap was exceeded");
-    in_process(&limiters);
+    in_process(&limiters, 200_000);
 }

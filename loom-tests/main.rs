@@ -19,6 +19,7 @@ use rategate::{Algorithm, Clock, Decision, ManualClock, Quota, RateLimiter, Toke
 use std::time::Duration;
 
 mod algorithms;
+mod all_of;
 mod keyed;
 
 /// Runs `f` under loom's exhaustive scheduler.

@@ -166,9 +166,19 @@ impl RateLimitFields {
 
     /// The `ratelimit` list item: `"name";r=50;t=30`.
     pub fn state_item(&self, name: &str) -> String {
-        let mut item = sf_string(name);
-        let _ = write!(item, ";r={};t={}", self.remaining, self.reset_secs());
+        let mut item = String::with_capacity(name.len() + 16);
+        self.write_state_item(&mut item, name);
         item
+    }
+
+    /// Writes [`state_item`](Self::state_item) to `out`, allocating
+    /// nothing.
+    pub(crate) fn write_state_item(&self, out: &mut impl Write, name: &str) {
+        write_sf_string(out, name);
+        let _ = out.write_str(";r=");
+        write_u64(out, u64::from(self.remaining));
+        let _ = out.write_str(";t=");
+        write_u64(out, self.reset_secs());
     }
 }
 
@@ -177,19 +187,46 @@ impl RateLimitFields {
 /// string cannot hold, become `_`.
 fn sf_string(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
+    write_sf_string(&mut out, name);
+    out
+}
+
+/// Writes `name` as [`sf_string`] would give it, allocating nothing.
+pub(crate) fn write_sf_string(out: &mut impl Write, name: &str) {
+    // Writing to a String or a buffer cannot fail.
+    let _ = out.write_char('"');
+    // Runs of characters that need no escape are written at once.
+    let mut plain = 0;
+    for (at, c) in name.char_indices() {
+        let replacement = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            ' '..='~' => continue,
+            _ => "_",
+        };
+        let _ = out.write_str(&name[plain..at]);
+        let _ = out.write_str(replacement);
+        plain = at + c.len_utf8();
+    }
+    let _ = out.write_str(&name[plain..]);
+    let _ = out.write_char('"');
+}
+
+/// Writes `n` in decimal without the formatting machinery (a response
+/// carries up to a dozen numbers).
+pub(crate) fn write_u64(out: &mut impl Write, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
-    out.push('"');
-    out
+    // ASCII digits are UTF-8.
+    let _ = out.write_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
 }
 
 #[cfg(test)]
@@ -241,6 +278,18 @@ mod tests {
     fn names_are_escaped() {
         assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(sf_string("é\n"), r#""__""#);
+        assert_eq!(sf_string("plain-name"), r#""plain-name""#);
+        assert_eq!(sf_string("x\"y"), r#""x\"y""#);
+        assert_eq!(sf_string(""), r#""""#);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 1_000_000_007, u64::MAX] {
+            let mut out = String::new();
+            write_u64(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
     }
 
     #[test]

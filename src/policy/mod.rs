@@ -4,4 +4,6 @@
 
 mod all_of;
 
-pub use all_of::{AllOf, KeyedLimit, Limit};
+pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit, MemberError};
+
+pub(crate) use all_of::{decide_all, keyed_lock_id};
