@@ -19,12 +19,33 @@ pub(crate) struct PolicyState {
     pub(crate) policy: HeaderValue,
 }
 
+/// The rules that applied to a request: one or two inline (most
+/// requests), more on the heap.
+#[derive(Debug, Clone)]
+pub(crate) enum Policies {
+    One(PolicyState),
+    Two([PolicyState; 2]),
+    Many(Vec<PolicyState>),
+}
+
+impl std::ops::Deref for Policies {
+    type Target = [PolicyState];
+
+    fn deref(&self) -> &[PolicyState] {
+        match self {
+            Policies::One(one) => std::slice::from_ref(one),
+            Policies::Two(two) => two,
+            Policies::Many(many) => many,
+        }
+    }
+}
+
 /// What the limits said about a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
     pub(crate) tier: Arc<str>,
     /// Every rule that applied, in the tier's order.
-    pub(crate) policies: Vec<PolicyState>,
+    pub(crate) policies: Policies,
     /// The one the `x-ratelimit-*` fields and `retry-after` come from: on a
     /// denial the limit with the longest wait, else the one with the
     /// fewest remaining.
@@ -39,11 +60,11 @@ impl Report {
     fn single(tier: &Tier, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
             tier: Arc::clone(&tier.name),
-            policies: vec![PolicyState {
+            policies: Policies::One(PolicyState {
                 name: Arc::clone(&rule.name),
                 fields: RateLimitFields::new(decision, quota),
                 policy: rule.policy_header.clone(),
-            }],
+            }),
             binding: 0,
             allowed: decision.is_allowed(),
             retry_after_secs: retry_after_secs(decision),
@@ -71,11 +92,11 @@ impl Pending {
         match result {
             Ok(decision) => Verdict::Decided(Report {
                 tier: Arc::clone(&self.tier),
-                policies: vec![PolicyState {
+                policies: Policies::One(PolicyState {
                     name: Arc::clone(&self.policy),
                     fields: RateLimitFields::new(&decision, &self.quota),
                     policy: self.policy_header.clone(),
-                }],
+                }),
                 binding: 0,
                 allowed: decision.is_allowed(),
                 retry_after_secs: retry_after_secs(&decision),
@@ -259,15 +280,15 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>]) -> Verdict {
             };
         }
     };
-    let policies = members
-        .iter()
-        .zip(decisions.iter())
-        .map(|(member, decision)| PolicyState {
-            name: Arc::clone(&member.rule.name),
-            fields: RateLimitFields::new(decision, &member.backend.quota()),
-            policy: member.rule.policy_header.clone(),
-        })
-        .collect();
+    let state = |(member, decision): (&Bound<'_>, &Decision)| PolicyState {
+        name: Arc::clone(&member.rule.name),
+        fields: RateLimitFields::new(decision, &member.backend.quota()),
+        policy: member.rule.policy_header.clone(),
+    };
+    let policies = match (members, &*decisions) {
+        ([a, b], [da, db]) => Policies::Two([state((a, da)), state((b, db))]),
+        _ => Policies::Many(members.iter().zip(decisions.iter()).map(state).collect()),
+    };
     Verdict::Decided(Report {
         tier: Arc::clone(&tier.name),
         policies,

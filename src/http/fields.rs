@@ -225,8 +225,9 @@ pub(crate) fn write_u64(out: &mut impl Write, mut n: u64) {
             break;
         }
     }
-    // ASCII digits are UTF-8.
-    let _ = out.write_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
+    for &digit in &digits[at..] {
+        let _ = out.write_char(char::from(digit));
+    }
 }
 
 #[cfg(test)]

@@ -223,7 +223,7 @@ pub(crate) fn write_headers(
         }
     }
     if options.ietf {
-        let policy = match report.policies.as_slice() {
+        let policy = match &*report.policies {
             [only] => Ok(only.policy.clone()),
             _ => value(policy),
         };
