@@ -9,7 +9,6 @@
 //! Structured Field lists, one item per policy.
 
 use crate::{Decision, Quota};
-use std::fmt::Write;
 
 /// `x-ratelimit-limit`: the quota's limit per its period (`100` for
 /// `100/s burst=10`), as GitHub and most APIs send it.
@@ -159,8 +158,10 @@ impl RateLimitFields {
     /// The `ratelimit-policy` list item: `"name";q=100;w=60`.
     pub fn policy_item(&self, name: &str) -> String {
         let mut item = sf_string(name);
-        // Writing to a String cannot fail.
-        let _ = write!(item, ";q={};w={}", self.window_quota, self.window_secs);
+        item.put(b";q=");
+        write_u64(&mut item, self.window_quota);
+        item.put(b";w=");
+        write_u64(&mut item, self.window_secs);
         item
     }
 
@@ -173,12 +174,26 @@ impl RateLimitFields {
 
     /// Writes [`state_item`](Self::state_item) to `out`, allocating
     /// nothing.
-    pub(crate) fn write_state_item(&self, out: &mut impl Write, name: &str) {
+    pub(crate) fn write_state_item(&self, out: &mut impl AsciiSink, name: &str) {
         write_sf_string(out, name);
-        let _ = out.write_str(";r=");
+        out.put(b";r=");
         write_u64(out, u64::from(self.remaining));
-        let _ = out.write_str(";t=");
+        out.put(b";t=");
         write_u64(out, self.reset_secs());
+    }
+}
+
+/// Where header text is written: a `String`, or the layer's response
+/// buffer. Everything written is ASCII.
+pub(crate) trait AsciiSink {
+    /// Appends `ascii`.
+    fn put(&mut self, ascii: &[u8]);
+}
+
+impl AsciiSink for String {
+    fn put(&mut self, ascii: &[u8]) {
+        // ASCII is UTF-8; anything else (never written) is dropped.
+        self.push_str(std::str::from_utf8(ascii).unwrap_or_default());
     }
 }
 
@@ -192,29 +207,28 @@ fn sf_string(name: &str) -> String {
 }
 
 /// Writes `name` as [`sf_string`] would give it, allocating nothing.
-pub(crate) fn write_sf_string(out: &mut impl Write, name: &str) {
-    // Writing to a String or a buffer cannot fail.
-    let _ = out.write_char('"');
+pub(crate) fn write_sf_string(out: &mut impl AsciiSink, name: &str) {
+    out.put(b"\"");
     // Runs of characters that need no escape are written at once.
     let mut plain = 0;
     for (at, c) in name.char_indices() {
-        let replacement = match c {
-            '"' => "\\\"",
-            '\\' => "\\\\",
+        let replacement: &[u8] = match c {
+            '"' => b"\\\"",
+            '\\' => b"\\\\",
             ' '..='~' => continue,
-            _ => "_",
+            _ => b"_",
         };
-        let _ = out.write_str(&name[plain..at]);
-        let _ = out.write_str(replacement);
+        out.put(&name.as_bytes()[plain..at]);
+        out.put(replacement);
         plain = at + c.len_utf8();
     }
-    let _ = out.write_str(&name[plain..]);
-    let _ = out.write_char('"');
+    out.put(&name.as_bytes()[plain..]);
+    out.put(b"\"");
 }
 
 /// Writes `n` in decimal without the formatting machinery (a response
 /// carries up to a dozen numbers).
-pub(crate) fn write_u64(out: &mut impl Write, mut n: u64) {
+pub(crate) fn write_u64(out: &mut impl AsciiSink, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -225,9 +239,7 @@ pub(crate) fn write_u64(out: &mut impl Write, mut n: u64) {
             break;
         }
     }
-    for &digit in &digits[at..] {
-        let _ = out.write_char(char::from(digit));
-    }
+    out.put(&digits[at..]);
 }
 
 #[cfg(test)]

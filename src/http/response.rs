@@ -198,9 +198,7 @@ pub(crate) fn write_headers(
         // One rule: its policy item was built with the rule (a shared
         // buffer, nothing copied); several are joined.
         if report.policies.len() > 1 {
-            policy = buf.list(report, |p, out| {
-                out.0.extend_from_slice(p.policy.as_bytes());
-            });
+            policy = buf.list(report, |p, out| out.put(p.policy.as_bytes()));
         }
         state = buf.list(report, |p, out| p.fields.write_state_item(out, &p.name));
     }
@@ -248,7 +246,7 @@ impl Buf {
     /// Appends `n`; returns where it lies.
     fn number(&mut self, n: u64) -> std::ops::Range<usize> {
         let start = self.0.len();
-        write_u64(&mut self.0, n);
+        write_u64(self, n);
         start..self.0.len()
     }
 
@@ -270,10 +268,9 @@ impl Buf {
     }
 }
 
-impl Write for Buf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
+impl AsciiSink for Buf {
+    fn put(&mut self, ascii: &[u8]) {
+        self.0.extend_from_slice(ascii);
     }
 }
 
