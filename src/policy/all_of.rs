@@ -6,7 +6,8 @@ use crate::clock::Clock;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, KeyedRateLimiter, Quota, RateLimiter};
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use super::stripes::{keyed_lock_id, stripe_of, with_stripes};
+use std::hash::{BuildHasher, Hash};
 
 /// One limit a request can be checked against: a [`RateLimiter`], one key
 /// of a [`KeyedRateLimiter`] ([`KeyedLimit`]), an [`AllOf`], or a type of
@@ -192,88 +193,6 @@ where
     ) -> Result<Decision, CheckError> {
         self.limiter.peek_then_check_n(&self.key, cost, commit)
     }
-}
-
-/// Lock stripes shared by every [`AllOf`] in the process, chosen by state
-/// id: two `AllOf`s that share a limit always take a common stripe. A
-/// `u64` mask names a set of them.
-const STRIPES: usize = 64;
-
-#[cfg(not(rategate_loom))]
-static LOCKS: [crate::sync::Mutex<()>; STRIPES] =
-    [const { parking_lot::const_mutex(()) }; STRIPES];
-
-#[cfg(not(rategate_loom))]
-fn stripe_lock(stripe: usize) -> &'static crate::sync::Mutex<()> {
-    &LOCKS[stripe % STRIPES]
-}
-
-// Loom objects cannot live in a `static`: loom's lazy statics are created
-// afresh in each execution of a model.
-#[cfg(rategate_loom)]
-loom::lazy_static! {
-    static ref LOCKS: Vec<crate::sync::Mutex<()>> =
-        (0..STRIPES).map(|_| crate::sync::Mutex::new(())).collect();
-}
-
-#[cfg(rategate_loom)]
-fn stripe_lock(stripe: usize) -> &'static crate::sync::Mutex<()> {
-    &LOCKS[stripe % STRIPES]
-}
-
-fn stripe_of(lock_id: u64) -> usize {
-    // Fibonacci hashing: neighbouring addresses spread.
-    (lock_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (u64::BITS - 6)) as usize % STRIPES
-}
-
-/// The lock id of `key` in the keyed limiter at address `limiter`: one
-/// key's state always gets the same one, whichever handle checks it.
-pub(crate) fn keyed_lock_id<Q: Hash + ?Sized>(limiter: usize, key: &Q) -> u64 {
-    let mut hasher = StripeHasher(limiter as u64);
-    key.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// A small multiply-rotate hash (FxHash's step) for choosing stripes: a
-/// collision only makes two `AllOf`s share a lock, so no DoS resistance is
-/// needed, and it costs a few cycles per 8 bytes instead of SipHash's.
-struct StripeHasher(u64);
-
-impl Hasher for StripeHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-        let mut tail = [0u8; 8];
-        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-        self.write_u64(u64::from_le_bytes(tail) ^ chunks.remainder().len() as u64);
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_u8(&mut self, byte: u8) {
-        self.write_u64(u64::from(byte));
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// Runs `f` holding the stripes in `mask`, taken in ascending order in
-/// every `AllOf` (so no lock cycle is possible), each guard on its own
-/// stack frame: nothing is allocated.
-fn with_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
-    if mask == 0 {
-        return f();
-    }
-    let _guard = stripe_lock(mask.trailing_zeros() as usize).lock();
-    with_stripes(mask & (mask - 1), f)
 }
 
 /// An [`AllOf`] decision and the member it comes from.
@@ -523,6 +442,10 @@ fn two_phase<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<
 /// out, route every use of a shared limiter through `AllOf`s (a one-member
 /// `AllOf` costs no lock) or give `AllOf` its own limiters. The lock is held
 /// for two lock-free operations per member, tens of nanoseconds.
+///
+/// The same holds for keys of a keyed limiter past its key cap under
+/// [`Overflow::Shared`](crate::Overflow::Shared): they share one state but
+/// not one stripe.
 ///
 /// An `AllOf` is itself a [`Limit`], but list an inner `AllOf`'s members in
 /// the outer one rather than nesting it: the stripes are not reentrant, so
