@@ -12,8 +12,9 @@
 //! connections (default 32), the client and the server in one process on
 //! separate runtimes; the three phases alternate ROUNDS times (default 2). The million-key phase sends exactly 1,000,000
 //! requests (or stops after 120 s). Then the layer alone is timed
-//! in-process, without sockets, per call; `axum_load in-process [CALLS]`
-//! runs only that part (for a profiler: `valgrind --tool=callgrind`).
+//! in-process, without sockets, per call; `axum_load in-process [CALLS]
+//! [bare|one|bare-token|two]` runs only that part, or one phase of it (for
+//! a profiler: `valgrind --tool=callgrind`).
 
 #[path = "axum_api.rs"]
 mod api;
@@ -189,7 +190,7 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 
 /// The layer alone, in-process: ns per request through `RateLimit` around
 /// a service that answers at once, against the same service bare.
-fn in_process(limiters: &Limiters, calls: u32) {
+fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>) {
     use tower::{Layer, Service, ServiceExt};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -216,21 +217,26 @@ fn in_process(limiters: &Limiters, calls: u32) {
     };
     let mut bare = inner;
     let mut limited = limiters.layer().layer(inner);
-    let bare_ns = time(&mut || {
-        rt.block_on(async {
-            let _ = bare.ready().await.unwrap().call(make(false)).await;
+    // `only` picks one phase (for a profiler); the rest report 0.
+    let mut phase = |name: &str, layer: bool, signed_in: bool| {
+        if only.is_some_and(|o| o != name) {
+            return 0.0;
+        }
+        time(&mut || {
+            rt.block_on(async {
+                let request = make(signed_in);
+                if layer {
+                    let _ = limited.ready().await.unwrap().call(request).await;
+                } else {
+                    let _ = bare.ready().await.unwrap().call(request).await;
+                }
+            })
         })
-    });
-    let one_ns = time(&mut || {
-        rt.block_on(async {
-            let _ = limited.ready().await.unwrap().call(make(false)).await;
-        })
-    });
-    let two_ns = time(&mut || {
-        rt.block_on(async {
-            let _ = limited.ready().await.unwrap().call(make(true)).await;
-        })
-    });
+    };
+    let bare_ns = phase("bare", false, false);
+    let one_ns = phase("one", true, false);
+    let bare_token_ns = phase("bare-token", false, true);
+    let two_ns = phase("two", true, true);
     println!();
     println!("In-process, {calls} calls each (request built, headers written):");
     println!("  bare service                         {bare_ns:>8.0} ns/request");
@@ -238,9 +244,10 @@ fn in_process(limiters: &Limiters, calls: u32) {
         "  layer, anonymous (one rule)          {one_ns:>8.0} ns/request (+{:.0} ns)",
         one_ns - bare_ns
     );
+    println!("  bare service, signed-in request      {bare_token_ns:>8.0} ns/request");
     println!(
         "  layer, signed-in (two rules, AllOf)  {two_ns:>8.0} ns/request (+{:.0} ns)",
-        two_ns - bare_ns
+        two_ns - bare_token_ns
     );
 }
 
@@ -249,7 +256,8 @@ fn main() {
     if args.peek().is_some_and(|a| a == "in-process") {
         // Only the in-process timing (for a profiler such as callgrind).
         let calls = args.nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
-        in_process(&Limiters::new(&generous()), calls);
+        let only = args.next();
+        in_process(&Limiters::new(&generous()), calls, only.as_deref());
         return;
     }
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -311,5 +319,5 @@ fn main() {
         limiters.anonymous_hourly.overflow_count()
     );
     assert!(held <= cap, "the key cap was exceeded");
-    in_process(&limiters, 200_000);
+    in_process(&limiters, 200_000, None);
 }
