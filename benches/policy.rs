@@ -63,14 +63,14 @@ fn keyed(c: &mut Criterion) {
     });
     // One `AllOf` per key, built beforehand, as a policy holding its
     // members would be.
-    let all: Vec<AllOf> = keys
-        .iter()
-        .map(|key| {
-            AllOf::new(limiters.iter().map(|l| {
-                Arc::new(KeyedLimit::new(Arc::clone(l), key.clone())) as Arc<dyn Limit>
-            }))
-        })
-        .collect();
+    let all: Vec<AllOf> =
+        keys.iter()
+            .map(|key| {
+                AllOf::new(limiters.iter().map(|l| {
+                    Arc::new(KeyedLimit::new(Arc::clone(l), key.clone())) as Arc<dyn Limit>
+                }))
+            })
+            .collect();
     group.bench_function(BenchmarkId::new("all_of", "keyed"), |b| {
         b.iter(|| black_box(all[rng.below(KEYS) as usize].check_n(1).unwrap()))
     });

@@ -59,8 +59,16 @@ fn two_all_ofs_sharing_a_limit_charge_all_or_nothing() {
             AllOf::new([member(shared.clone()), member(b.clone())]),
         ]);
         assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
-        assert_eq!(charged(&a), u32::from(admitted[0]), "a charged iff admitted");
-        assert_eq!(charged(&b), u32::from(admitted[1]), "b charged iff admitted");
+        assert_eq!(
+            charged(&a),
+            u32::from(admitted[0]),
+            "a charged iff admitted"
+        );
+        assert_eq!(
+            charged(&b),
+            u32::from(admitted[1]),
+            "b charged iff admitted"
+        );
         assert_eq!(charged(&shared), 1);
     });
 }
@@ -105,8 +113,14 @@ fn keyed_members_charge_all_or_nothing() {
         assert!(keyed.check(&1).is_allowed());
         let shared = bucket(&clock);
         let admitted = race(vec![
-            AllOf::new([member(KeyedLimit::new(keyed.clone(), 1)), member(shared.clone())]),
-            AllOf::new([member(shared.clone()), member(KeyedLimit::new(keyed.clone(), 2))]),
+            AllOf::new([
+                member(KeyedLimit::new(keyed.clone(), 1)),
+                member(shared.clone()),
+            ]),
+            AllOf::new([
+                member(shared.clone()),
+                member(KeyedLimit::new(keyed.clone(), 2)),
+            ]),
         ]);
         assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
         assert_eq!(keyed.peek(&1).is_allowed(), !admitted[0]);

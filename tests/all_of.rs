@@ -203,7 +203,11 @@ fn the_report_names_the_denying_member() {
     let first = all.check_n_report(1).unwrap();
     assert!(first.is_allowed());
     assert_eq!(first.denied_by(), None);
-    assert_eq!(first.binding(), Some(1), "the fewest remaining: tight, 0 left");
+    assert_eq!(
+        first.binding(),
+        Some(1),
+        "the fewest remaining: tight, 0 left"
+    );
     // Tight (1/s) needs 1 s; slow (2/s) still has one.
     let denied = all.check_n_report(1).unwrap();
     assert_eq!(denied.denied_by(), Some(1));
@@ -255,7 +259,11 @@ fn two_keys_of_one_keyed_limiter_in_one_all_of() {
     assert!(all.check_n(1).unwrap().is_allowed(), "a new, b known");
     let denied = all.check_n_report(1).unwrap();
     assert_eq!(denied.denied_by(), Some(2), "b is spent");
-    assert_eq!(keyed.peek("a").remaining(), 0, "a: one of two left, not charged");
+    assert_eq!(
+        keyed.peek("a").remaining(),
+        0,
+        "a: one of two left, not charged"
+    );
     assert_eq!(other.peek().remaining(), 8);
     assert_eq!(keyed.len(), 2);
 }
@@ -290,8 +298,16 @@ fn racing_all_ofs_on_keyed_members_charge_all_or_nothing() {
             .collect();
         let admitted: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
-        assert_eq!(!a.peek().is_allowed(), admitted[0], "a charged iff admitted");
-        assert_eq!(!b.peek().is_allowed(), admitted[1], "b charged iff admitted");
+        assert_eq!(
+            !a.peek().is_allowed(),
+            admitted[0],
+            "a charged iff admitted"
+        );
+        assert_eq!(
+            !b.peek().is_allowed(),
+            admitted[1],
+            "b charged iff admitted"
+        );
         assert!(!keyed.peek("u").is_allowed());
         assert!(keyed.peek("v").is_allowed());
     }

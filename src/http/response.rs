@@ -173,7 +173,12 @@ pub(crate) fn write_headers(
     let mut buf = Buf(BytesMut::with_capacity(
         64 + report.policies.len() * 48 + usize::from(denied) * 8,
     ));
-    let mut numbers = [(LIMIT, 0..0), (REMAINING, 0..0), (RESET, 0..0), (USED, 0..0)];
+    let mut numbers = [
+        (LIMIT, 0..0),
+        (REMAINING, 0..0),
+        (RESET, 0..0),
+        (USED, 0..0),
+    ];
     if options.x_ratelimit {
         let unix_now = match options.reset {
             ResetFormat::DeltaSeconds => 0,

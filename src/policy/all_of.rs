@@ -1,12 +1,12 @@
 //! Several limits at once: a request passes only when every one admits it,
 //! and a denial consumes nothing from any of them.
 
+use super::stripes::{keyed_lock_id, stripe_of, with_stripes};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, KeyedRateLimiter, Quota, RateLimiter};
 use std::fmt;
-use super::stripes::{keyed_lock_id, stripe_of, with_stripes};
 use std::hash::{BuildHasher, Hash};
 
 /// One limit a request can be checked against: a [`RateLimiter`], one key

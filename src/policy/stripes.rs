@@ -18,8 +18,7 @@ const STRIPES: usize = 64;
 const STRIPES: usize = 1;
 
 #[cfg(not(rategate_loom))]
-static LOCKS: [crate::sync::Mutex<()>; STRIPES] =
-    [const { parking_lot::const_mutex(()) }; STRIPES];
+static LOCKS: [crate::sync::Mutex<()>; STRIPES] = [const { parking_lot::const_mutex(()) }; STRIPES];
 
 #[cfg(not(rategate_loom))]
 fn stripe_lock(stripe: usize) -> &'static crate::sync::Mutex<()> {
@@ -106,7 +105,10 @@ mod tests {
             keyed_lock_id(limiter, "user-1"),
             keyed_lock_id(limiter, &"user-1".to_string())
         );
-        assert_ne!(keyed_lock_id(limiter, "user-1"), keyed_lock_id(limiter + 64, "user-1"));
+        assert_ne!(
+            keyed_lock_id(limiter, "user-1"),
+            keyed_lock_id(limiter + 64, "user-1")
+        );
         let stripes: std::collections::HashSet<usize> = (0..1000)
             .map(|k| stripe_of(keyed_lock_id(limiter, &format!("user-{k}"))))
             .collect();
