@@ -276,26 +276,22 @@ fn main() {
     // `authorization` header, built per request by the client) cost more
     // than bare ones: each layered phase is compared with the same
     // requests served without the layer.
+    type Headers = fn(u64) -> Vec<(&'static str, String)>;
+    let phases: [(&str, SocketAddr, Headers); 4] = [
+        ("no layer", bare, no_headers),
+        ("layer, anonymous by IP, one rule", limited, no_headers),
+        ("no layer, signed-in requests", bare, token),
+        (
+            "layer, signed-in by token, hourly + read all or nothing",
+            limited,
+            token,
+        ),
+    ];
     let mut totals = [0.0f64; 4];
     for round in 1..=rounds {
-        let base = report(
-            &format!("no layer (round {round})"),
-            &load(bare, conns, secs, u64::MAX, "/v1/charges", no_headers),
-        );
-        let one = report(
-            &format!("layer, anonymous by IP, one rule (round {round})"),
-            &load(limited, conns, secs, u64::MAX, "/v1/charges", no_headers),
-        );
-        let base_token = report(
-            &format!("no layer, signed-in requests (round {round})"),
-            &load(bare, conns, secs, u64::MAX, "/v1/charges", token),
-        );
-        let two = report(
-            &format!("layer, signed-in by token, hourly + read all or nothing (round {round})"),
-            &load(limited, conns, secs, u64::MAX, "/v1/charges", token),
-        );
-        for (total, rps) in totals.iter_mut().zip([base, one, base_token, two]) {
-            *total += rps;
+        for (total, (name, addr, headers)) in totals.iter_mut().zip(phases) {
+            let outcome = load(addr, conns, secs, u64::MAX, "/v1/charges", headers);
+            *total += report(&format!("{name} (round {round})"), &outcome);
         }
     }
     let [base, one, base_token, two] = totals;

@@ -157,6 +157,20 @@ fn concurrent_all_ofs_sharing_a_limit_charge_all_or_nothing() {
     }
 }
 
+/// Checks `a` and `b` on two threads released together; whether each was
+/// admitted.
+fn race_two(a: AllOf, b: AllOf) -> [bool; 2] {
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let [a, b] = [a, b].map(|all| {
+        let barrier = Arc::clone(&barrier);
+        std::thread::spawn(move || {
+            barrier.wait();
+            all.check_n(1).unwrap().is_allowed()
+        })
+    });
+    [a.join().unwrap(), b.join().unwrap()]
+}
+
 /// The last slot of a shared limit, raced for by two AllOfs many times: the
 /// window between peek and check is where a partial charge would happen
 /// without the shared lock stripes.
@@ -168,25 +182,11 @@ fn racing_for_the_last_shared_slot_never_charges_partially() {
         let shared = bucket(&clock, 1);
         let a = bucket(&clock, 1);
         let b = bucket(&clock, 1);
-        let via_a = Arc::new(AllOf::new([a.clone() as Arc<dyn Limit>, shared.clone()]));
-        let via_b = Arc::new(AllOf::new([b.clone() as Arc<dyn Limit>, shared.clone()]));
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        let threads: Vec<_> = [via_a, via_b]
-            .into_iter()
-            .map(|all| {
-                let barrier = Arc::clone(&barrier);
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    all.check_n(1).unwrap().is_allowed()
-                })
-            })
-            .collect();
-        let admitted = threads
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .filter(|&x| x)
-            .count();
-        assert_eq!(admitted, 1);
+        let admitted = race_two(
+            AllOf::new([a.clone() as Arc<dyn Limit>, shared.clone()]),
+            AllOf::new([b.clone() as Arc<dyn Limit>, shared.clone()]),
+        );
+        assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
         let spent = |l: &RateLimiter<TokenBucket, ManualClock>| !l.peek().is_allowed();
         if usize::from(spent(&a)) + usize::from(spent(&b)) != 1 {
             partial += 1;
@@ -283,20 +283,10 @@ fn racing_all_ofs_on_keyed_members_charge_all_or_nothing() {
         );
         let (a, b) = (bucket(&clock, 1), bucket(&clock, 1));
         let shared = |k: &str| Arc::new(KeyedLimit::new(Arc::clone(&keyed), k.to_string()));
-        let via_a = AllOf::new([a.clone() as Arc<dyn Limit>, shared("u")]);
-        let via_b = AllOf::new([shared("u") as Arc<dyn Limit>, b.clone()]);
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        let threads: Vec<_> = [via_a, via_b]
-            .into_iter()
-            .map(|all| {
-                let barrier = Arc::clone(&barrier);
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    all.check_n(1).unwrap().is_allowed()
-                })
-            })
-            .collect();
-        let admitted: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let admitted = race_two(
+            AllOf::new([a.clone() as Arc<dyn Limit>, shared("u")]),
+            AllOf::new([shared("u") as Arc<dyn Limit>, b.clone()]),
+        );
         assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
         assert_eq!(
             !a.peek().is_allowed(),
