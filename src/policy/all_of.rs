@@ -352,7 +352,7 @@ pub(crate) fn decide_all<M: Limit>(
 
 /// Member `i` peeks, and inside its `commit` the members after it decide;
 /// each checks on the way back out if every peek admitted and every member
-/// after it was charged. One lookup per member, every decision of a member
+/// after it was charged (the innermost checks at once). One lookup per member, every decision of a member
 /// at one instant. Members must be on distinct states: a keyed member holds
 /// its map entry while the later members decide.
 ///
@@ -366,6 +366,20 @@ fn nested<M: Limit>(
     let Some(member) = members.get(i) else {
         return Ok(fold.peeks_allowed);
     };
+    if i + 1 == members.len() {
+        // The innermost member decides last, with every other peek known:
+        // it checks at once (a denial records nothing, as its peek would)
+        // if they all admitted, and only peeks (for the report) if not.
+        let decision = if fold.peeks_allowed {
+            member.check_n(cost)
+        } else {
+            member.peek_n(cost)
+        }
+        .map_err(|error| MemberError { member: i, error })?;
+        fold.peeks_allowed &= decision.is_allowed();
+        fold.record(i, decision);
+        return Ok(fold.peeks_allowed);
+    }
     let mut inner = Ok(false);
     let decision = member
         .peek_then_check_n(cost, &mut |peek| {
