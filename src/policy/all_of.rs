@@ -52,11 +52,15 @@ pub trait Limit: Send + Sync {
     /// `true` checks `cost` (recording it if admitted). Returns the check's
     /// decision after a commit, else the peek's.
     ///
-    /// [`AllOf`] decides through this method, nesting every member's call
-    /// inside the previous member's `commit`. The default peeks and checks
-    /// separately; a limit that must find its state first overrides it to
-    /// find it once ([`KeyedLimit`] decides on one map lookup, holding the
-    /// key's entry across both, so that no sweep can drop it in between).
+    /// [`AllOf`] decides through this method, nesting each member's call
+    /// inside the previous member's `commit` (the last member just checks).
+    /// The default peeks and checks separately; a limit that must find its
+    /// state first overrides it to find it once ([`KeyedLimit`] decides on
+    /// one map lookup, holding the key's entry across both, so that no
+    /// sweep can drop it in between). An override may hold a lock on its
+    /// state while `commit` runs: `AllOf` nests only members whose
+    /// [`state_id`](Limit::state_id)s differ, so `commit` never touches a
+    /// state with this one's id.
     ///
     /// # Errors
     ///
