@@ -5,14 +5,16 @@
 //! cap). Bounded in count and time; nothing leaves 127.0.0.1.
 //!
 //! ```sh
-//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS]
+//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS]
 //! ```
 //!
 //! Each phase runs SECS seconds (default 5) with CONNS kept-alive HTTP/1.1
 //! connections (default 32), the client and the server in one process on
-//! separate runtimes. The million-key phase sends exactly 1,000,000
+//! separate runtimes; the three phases alternate ROUNDS times (default 2). The million-key phase sends exactly 1,000,000
 //! requests (or stops after 120 s). Then the layer alone is timed
-//! in-process, without sockets, per call.
+//! in-process, without sockets, per call; `axum_load in-process [CALLS]
+//! [bare|one|bare-token|two]` runs only that part, or one phase of it (for
+//! a profiler: `valgrind --tool=callgrind`).
 
 #[path = "axum_api.rs"]
 mod api;
@@ -188,7 +190,7 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 
 /// The layer alone, in-process: ns per request through `RateLimit` around
 /// a service that answers at once, against the same service bare.
-fn in_process(limiters: &Limiters) {
+fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>) {
     use tower::{Layer, Service, ServiceExt};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -206,75 +208,102 @@ fn in_process(limiters: &Limiters) {
         }
         r
     };
-    const N: u32 = 200_000;
     let time = |f: &mut dyn FnMut()| {
         let start = Instant::now();
-        for _ in 0..N {
+        for _ in 0..calls {
             f();
         }
-        start.elapsed().as_nanos() as f64 / f64::from(N)
+        start.elapsed().as_nanos() as f64 / f64::from(calls)
     };
     let mut bare = inner;
     let mut limited = limiters.layer().layer(inner);
-    let bare_ns = time(&mut || {
-        rt.block_on(async {
-            let _ = bare.ready().await.unwrap().call(make(false)).await;
+    // `only` picks one phase (for a profiler); the rest report 0.
+    let mut phase = |name: &str, layer: bool, signed_in: bool| {
+        if only.is_some_and(|o| o != name) {
+            return 0.0;
+        }
+        time(&mut || {
+            rt.block_on(async {
+                let request = make(signed_in);
+                if layer {
+                    let _ = limited.ready().await.unwrap().call(request).await;
+                } else {
+                    let _ = bare.ready().await.unwrap().call(request).await;
+                }
+            })
         })
-    });
-    let one_ns = time(&mut || {
-        rt.block_on(async {
-            let _ = limited.ready().await.unwrap().call(make(false)).await;
-        })
-    });
-    let two_ns = time(&mut || {
-        rt.block_on(async {
-            let _ = limited.ready().await.unwrap().call(make(true)).await;
-        })
-    });
+    };
+    let bare_ns = phase("bare", false, false);
+    let one_ns = phase("one", true, false);
+    let bare_token_ns = phase("bare-token", false, true);
+    let two_ns = phase("two", true, true);
     println!();
-    println!("In-process, {N} calls each (request built, headers written):");
+    println!("In-process, {calls} calls each (request built, headers written):");
     println!("  bare service                         {bare_ns:>8.0} ns/request");
     println!(
         "  layer, anonymous (one rule)          {one_ns:>8.0} ns/request (+{:.0} ns)",
         one_ns - bare_ns
     );
+    println!("  bare service, signed-in request      {bare_token_ns:>8.0} ns/request");
     println!(
         "  layer, signed-in (two rules, AllOf)  {two_ns:>8.0} ns/request (+{:.0} ns)",
-        two_ns - bare_ns
+        two_ns - bare_token_ns
     );
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "in-process") {
+        // Only the in-process timing (for a profiler such as callgrind).
+        let calls = args.nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+        let only = args.next();
+        in_process(&Limiters::new(&generous()), calls, only.as_deref());
+        return;
+    }
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     let conns: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
-    println!("{secs} s per phase, {conns} connections, loopback\n");
+    let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    println!("{secs} s per phase, {conns} connections, {rounds} rounds, loopback\n");
     println!("| phase | requests | requests/s | p50 µs | p99 µs | 2xx / 429 |");
     println!("|---|---:|---:|---:|---:|---:|");
 
     let bare = serve(api::app(None));
-    let base = report(
-        "no layer",
-        &load(bare, conns, secs, u64::MAX, "/v1/charges", no_headers),
-    );
-
     let limiters = Limiters::new(&generous());
     let limited = serve(api::app(Some(limiters.layer())));
-    let one = report(
-        "layer, anonymous by IP (one rule)",
-        &load(limited, conns, secs, u64::MAX, "/v1/charges", no_headers),
-    );
-    let two = report(
-        "layer, signed-in by token (hourly + read, all or nothing)",
-        &load(limited, conns, secs, u64::MAX, "/v1/charges", token),
-    );
+    // Phases alternate, ROUNDS times, so that a machine whose load drifts
+    // (other work, thermal limits) weighs on every phase alike.
+    // Without the layer, the signed-in phase's requests (an
+    // `authorization` header, built per request by the client) cost more
+    // than bare ones: each layered phase is compared with the same
+    // requests served without the layer.
+    type Headers = fn(u64) -> Vec<(&'static str, String)>;
+    let phases: [(&str, SocketAddr, Headers); 4] = [
+        ("no layer", bare, no_headers),
+        ("layer, anonymous by IP, one rule", limited, no_headers),
+        ("no layer, signed-in requests", bare, token),
+        (
+            "layer, signed-in by token, hourly + read all or nothing",
+            limited,
+            token,
+        ),
+    ];
+    let mut totals = [0.0f64; 4];
+    for round in 1..=rounds {
+        for (total, (name, addr, headers)) in totals.iter_mut().zip(phases) {
+            let outcome = load(addr, conns, secs, u64::MAX, "/v1/charges", headers);
+            *total += report(&format!("{name} (round {round})"), &outcome);
+        }
+    }
+    let [base, one, base_token, two] = totals;
 
     let million = load(limited, conns, 120, 1_000_000, "/v1/charges", distinct_ip);
     report("layer, 1,000,000 distinct client IPs", &million);
     println!();
     println!(
-        "Throughput against no layer: one rule {:+.1}%, two rules {:+.1}%",
+        "Throughput against no layer, same requests (all rounds): one rule {:+.1}%, \
+         two rules {:+.1}% (against bare requests: {:+.1}%)",
         (one / base - 1.0) * 100.0,
+        (two / base_token - 1.0) * 100.0,
         (two / base - 1.0) * 100.0
     );
     let cap = generous().max_keys;
@@ -286,5 +315,5 @@ fn main() {
         limiters.anonymous_hourly.overflow_count()
     );
     assert!(held <= cap, "the key cap was exceeded");
-    in_process(&limiters);
+    in_process(&limiters, 200_000, None);
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod adjustable;
 mod algorithms;
+mod all_of;
 mod keyed;
 mod refund;
 

@@ -401,6 +401,47 @@ where
         }
     }
 
+    /// Peeks `cost` for `key`, shows the peek to `commit`, and checks `cost`
+    /// at the same instant if `commit` says so, on one map lookup: the key's
+    /// entry is held across both (no sweep drops it in between). Returns
+    /// the check's decision after a commit, else the peek's. `commit` runs
+    /// under the key's shard read lock: it must not touch this limiter.
+    /// A key not held is peeked as new and inserted by the check.
+    pub(crate) fn peek_then_check_n<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now();
+        let known = self.map.with(key, |state| {
+            let peek = self.algorithm.peek(state, now, cost)?;
+            if commit(&peek) {
+                self.algorithm.check(state, now, cost)
+            } else {
+                Ok(peek)
+            }
+        });
+        match known {
+            Some(result) => {
+                self.maybe_auto_sweep(now);
+                result
+            }
+            None => {
+                let peek = self.peek_new(now, cost)?;
+                if commit(&peek) {
+                    self.check_n(key, cost)
+                } else {
+                    Ok(peek)
+                }
+            }
+        }
+    }
+
     /// What a first check of a key not held would decide.
     fn peek_new(&self, now: u64, cost: u32) -> Result<Decision, CheckError> {
         // As a new key's check would decide: see `check_new`.

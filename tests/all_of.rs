@@ -157,6 +157,20 @@ fn concurrent_all_ofs_sharing_a_limit_charge_all_or_nothing() {
     }
 }
 
+/// Checks `a` and `b` on two threads released together; whether each was
+/// admitted.
+fn race_two(a: AllOf, b: AllOf) -> [bool; 2] {
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let [a, b] = [a, b].map(|all| {
+        let barrier = Arc::clone(&barrier);
+        std::thread::spawn(move || {
+            barrier.wait();
+            all.check_n(1).unwrap().is_allowed()
+        })
+    });
+    [a.join().unwrap(), b.join().unwrap()]
+}
+
 /// The last slot of a shared limit, raced for by two AllOfs many times: the
 /// window between peek and check is where a partial charge would happen
 /// without the shared lock stripes.
@@ -168,29 +182,123 @@ fn racing_for_the_last_shared_slot_never_charges_partially() {
         let shared = bucket(&clock, 1);
         let a = bucket(&clock, 1);
         let b = bucket(&clock, 1);
-        let via_a = Arc::new(AllOf::new([a.clone() as Arc<dyn Limit>, shared.clone()]));
-        let via_b = Arc::new(AllOf::new([b.clone() as Arc<dyn Limit>, shared.clone()]));
-        let barrier = Arc::new(std::sync::Barrier::new(2));
-        let threads: Vec<_> = [via_a, via_b]
-            .into_iter()
-            .map(|all| {
-                let barrier = Arc::clone(&barrier);
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    all.check_n(1).unwrap().is_allowed()
-                })
-            })
-            .collect();
-        let admitted = threads
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .filter(|&x| x)
-            .count();
-        assert_eq!(admitted, 1);
+        let admitted = race_two(
+            AllOf::new([a.clone() as Arc<dyn Limit>, shared.clone()]),
+            AllOf::new([b.clone() as Arc<dyn Limit>, shared.clone()]),
+        );
+        assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
         let spent = |l: &RateLimiter<TokenBucket, ManualClock>| !l.peek().is_allowed();
         if usize::from(spent(&a)) + usize::from(spent(&b)) != 1 {
             partial += 1;
         }
     }
     assert_eq!(partial, 0, "rounds where a denied request was charged");
+}
+
+#[test]
+fn the_report_names_the_denying_member() {
+    let clock = ManualClock::new();
+    let (loose, tight, slow) = (bucket(&clock, 100), bucket(&clock, 1), bucket(&clock, 2));
+    let all = AllOf::new([loose.clone() as Arc<dyn Limit>, tight.clone(), slow.clone()]);
+    let first = all.check_n_report(1).unwrap();
+    assert!(first.is_allowed());
+    assert_eq!(first.denied_by(), None);
+    assert_eq!(
+        first.binding(),
+        Some(1),
+        "the fewest remaining: tight, 0 left"
+    );
+    // Tight (1/s) needs 1 s; slow (2/s) still has one.
+    let denied = all.check_n_report(1).unwrap();
+    assert_eq!(denied.denied_by(), Some(1));
+    assert_eq!(denied.decision().retry_after(), Duration::from_secs(1));
+    assert_eq!(all.check_n(1).unwrap(), denied.decision());
+    // Two deny: the longer wait binds (slow's 500 ms against tight's 1 s
+    // after 400 ms: 100 ms against 600 ms).
+    assert!(slow.check().is_allowed());
+    clock.advance(Duration::from_millis(400));
+    let both = all.check_n_report(1).unwrap();
+    assert_eq!(both.denied_by(), Some(1));
+    assert_eq!(both.decision().retry_after(), Duration::from_millis(600));
+    // Equal waits: the first member binds.
+    let (x, y) = (bucket(&clock, 1), bucket(&clock, 1));
+    assert!(x.check().is_allowed() && y.check().is_allowed());
+    let tie = AllOf::new([x as Arc<dyn Limit>, y]);
+    assert_eq!(tie.check_n_report(1).unwrap().denied_by(), Some(0));
+    // A cost that never passes names its member; nothing is consumed.
+    let error = all.check_n_report(3).unwrap_err();
+    assert_eq!(error.member, 1);
+    assert_eq!(
+        error.error,
+        CheckError::CostExceedsCapacity {
+            cost: 3,
+            capacity: 1
+        }
+    );
+    // Refilled in the 400 ms; the peek counts itself. Nothing else charged.
+    assert_eq!(loose.peek().remaining(), 99);
+    assert_eq!(AllOf::new([]).check_n_report(1).unwrap().binding(), None);
+}
+
+/// Two members on one keyed limiter (two keys): decided one after the
+/// other, not nested, so a new key's insert never waits on a lookup the
+/// same check holds. New and known keys, admitted and denied.
+#[test]
+fn two_keys_of_one_keyed_limiter_in_one_all_of() {
+    let clock = ManualClock::new();
+    let keyed = Arc::new(
+        KeyedRateLimiter::<String, TokenBucket>::builder(Quota::per_second(2).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let other = bucket(&clock, 10);
+    let key = |k: &str| Arc::new(KeyedLimit::new(Arc::clone(&keyed), k.to_string()));
+    let all = AllOf::new([key("a") as Arc<dyn Limit>, other.clone(), key("b")]);
+    assert!(keyed.check("b").is_allowed());
+    assert!(all.check_n(1).unwrap().is_allowed(), "a new, b known");
+    let denied = all.check_n_report(1).unwrap();
+    assert_eq!(denied.denied_by(), Some(2), "b is spent");
+    assert_eq!(
+        keyed.peek("a").remaining(),
+        0,
+        "a: one of two left, not charged"
+    );
+    assert_eq!(other.peek().remaining(), 8);
+    assert_eq!(keyed.len(), 2);
+}
+
+/// Racing `AllOf`s over one key of a keyed limiter (one lock stripe per
+/// key) and over different keys (mostly different stripes): the shared key
+/// is charged exactly what the other members were.
+#[test]
+fn racing_all_ofs_on_keyed_members_charge_all_or_nothing() {
+    for _ in 0..200 {
+        let clock = ManualClock::new();
+        let keyed = Arc::new(
+            KeyedRateLimiter::<String, TokenBucket>::builder(Quota::per_second(1).unwrap())
+                .clock(clock.clone())
+                .build()
+                .unwrap(),
+        );
+        let (a, b) = (bucket(&clock, 1), bucket(&clock, 1));
+        let shared = |k: &str| Arc::new(KeyedLimit::new(Arc::clone(&keyed), k.to_string()));
+        let admitted = race_two(
+            AllOf::new([a.clone() as Arc<dyn Limit>, shared("u")]),
+            AllOf::new([shared("u") as Arc<dyn Limit>, b.clone()]),
+        );
+        assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
+        assert_eq!(
+            !a.peek().is_allowed(),
+            admitted[0],
+            "a charged iff admitted"
+        );
+        assert_eq!(
+            !b.peek().is_allowed(),
+            admitted[1],
+            "b charged iff admitted"
+        );
+        assert!(!keyed.peek("u").is_allowed());
+        assert!(keyed.peek("v").is_allowed());
+    }
 }

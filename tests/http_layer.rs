@@ -400,6 +400,36 @@ async fn several_limits_are_all_or_nothing() {
     assert_eq!(client.get("/items").await.status, 429);
 }
 
+/// More rules than the layer keeps on the stack (four): the same
+/// all-or-nothing decision, every rule in the headers.
+#[tokio::test]
+async fn five_rules_are_all_or_nothing_too() {
+    let limits: Vec<_> = (1..=5)
+        .map(|n| keyed::<FixedWindow>(&format!("{}/h", 6 - n)))
+        .collect();
+    let mut tier = Tier::new("ip", KeyExtractor::peer_ip());
+    for (n, limit) in limits.iter().enumerate() {
+        tier = tier.rule(Rule::new(&format!("r{}", n + 1), limit.clone()));
+    }
+    let layer = RateLimitLayer::builder().tier(tier).build().unwrap();
+    let mut client = Client::connect(serve(app(layer)).await).await;
+    let r = client.get("/items").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(
+            r#""r1";r=4;t=3600, "r2";r=3;t=3600, "r3";r=2;t=3600, "r4";r=1;t=3600, "r5";r=0;t=3600"#
+        )
+    );
+    let denied = client.get("/items").await;
+    assert_eq!(denied.status, 429);
+    assert!(denied.body.contains(r#""policy":"r5""#), "{}", denied.body);
+    for (n, limit) in limits.iter().enumerate() {
+        let left = limit.peek_n("127.0.0.1", 0).unwrap().remaining();
+        assert_eq!(left as usize, 4 - n, "r{} charged once", n + 1);
+    }
+}
+
 #[tokio::test]
 async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
     let layer = RateLimitLayer::builder()

@@ -187,10 +187,20 @@ impl ClientIp {
             self.v6_prefix
         };
         let full = if ip.is_ipv4() { 32 } else { 128 };
-        if prefix >= full {
-            ip.to_string()
-        } else {
-            format!("{}/{prefix}", mask(ip, prefix))
+        match ip {
+            // The common case, written without the formatting machinery.
+            IpAddr::V4(v4) if prefix >= full => {
+                let mut key = String::with_capacity(15);
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        key.push('.');
+                    }
+                    super::fields::write_u64(&mut key, u64::from(octet));
+                }
+                key
+            }
+            _ if prefix >= full => ip.to_string(),
+            _ => format!("{}/{prefix}", mask(ip, prefix)),
         }
     }
 }
@@ -325,5 +335,14 @@ mod tests {
         let c = ClientIp::new().ipv4_prefix(24).ipv6_prefix(48);
         assert_eq!(c.key(ip("1.2.3.4")), "1.2.3.0/24");
         assert_eq!(c.key(ip("2001:db8:aa:bb::1")), "2001:db8:aa::/48");
+    }
+
+    #[test]
+    fn ipv4_keys_are_the_dotted_quad() {
+        let c = ClientIp::new();
+        for text in ["0.0.0.0", "10.0.0.1", "192.168.100.9", "255.255.255.255"] {
+            assert_eq!(c.key(ip(text)), text);
+        }
+        assert_eq!(c.key(ip("::ffff:1.2.3.4")), "1.2.3.4");
     }
 }

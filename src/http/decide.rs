@@ -1,10 +1,10 @@
 //! Deciding one request: pick its tier and key, check the rules that apply
-//! (all or nothing through [`AllOf`]), and report what each limit says.
+//! (all or nothing, as [`AllOf`](crate::policy::AllOf) decides), and report what each limit says.
 
 use super::fields::RateLimitFields;
 use super::key::KeyError;
 use super::policy::{Backend, BackendFuture, Rule, RuleLimiter, Tier};
-use crate::policy::{AllOf, Limit};
+use crate::policy::Limit;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
 use http::HeaderValue;
@@ -19,12 +19,33 @@ pub(crate) struct PolicyState {
     pub(crate) policy: HeaderValue,
 }
 
+/// The rules that applied to a request: one or two inline (most
+/// requests), more on the heap.
+#[derive(Debug, Clone)]
+pub(crate) enum Policies {
+    One(PolicyState),
+    Two([PolicyState; 2]),
+    Many(Vec<PolicyState>),
+}
+
+impl std::ops::Deref for Policies {
+    type Target = [PolicyState];
+
+    fn deref(&self) -> &[PolicyState] {
+        match self {
+            Policies::One(one) => std::slice::from_ref(one),
+            Policies::Two(two) => two,
+            Policies::Many(many) => many,
+        }
+    }
+}
+
 /// What the limits said about a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
     pub(crate) tier: Arc<str>,
     /// Every rule that applied, in the tier's order.
-    pub(crate) policies: Vec<PolicyState>,
+    pub(crate) policies: Policies,
     /// The one the `x-ratelimit-*` fields and `retry-after` come from: on a
     /// denial the limit with the longest wait, else the one with the
     /// fewest remaining.
@@ -39,11 +60,11 @@ impl Report {
     fn single(tier: &Tier, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
             tier: Arc::clone(&tier.name),
-            policies: vec![PolicyState {
+            policies: Policies::One(PolicyState {
                 name: Arc::clone(&rule.name),
                 fields: RateLimitFields::new(decision, quota),
                 policy: rule.policy_header.clone(),
-            }],
+            }),
             binding: 0,
             allowed: decision.is_allowed(),
             retry_after_secs: retry_after_secs(decision),
@@ -71,11 +92,11 @@ impl Pending {
         match result {
             Ok(decision) => Verdict::Decided(Report {
                 tier: Arc::clone(&self.tier),
-                policies: vec![PolicyState {
+                policies: Policies::One(PolicyState {
                     name: Arc::clone(&self.policy),
                     fields: RateLimitFields::new(&decision, &self.quota),
                     policy: self.policy_header.clone(),
-                }],
+                }),
                 binding: 0,
                 allowed: decision.is_allowed(),
                 retry_after_secs: retry_after_secs(&decision),
@@ -121,11 +142,46 @@ fn decide_tier(tier: &Tier, key: String, parts: &Parts) -> Verdict {
     let Some(first) = applying.next() else {
         return Verdict::Unlimited;
     };
-    if applying.next().is_none() {
+    let Some(second) = applying.next() else {
         return decide_one(tier, first, key, parts);
+    };
+    // Several rules, all in memory (the builder refuses an async rule
+    // beside others). Each matcher runs once; up to `INLINE` members stay
+    // on the stack.
+    let mut members = [first, second]
+        .into_iter()
+        .chain(applying)
+        .filter_map(|rule| match &rule.limiter {
+            RuleLimiter::Sync(backend) => Some(Bound {
+                rule,
+                backend: &**backend,
+                key: &key,
+                cost: rule.cost_of(parts),
+            }),
+            RuleLimiter::Async(_) => None,
+        });
+    let Some(head) = members.next() else {
+        return Verdict::Unlimited;
+    };
+    let mut inline = [head; INLINE];
+    let mut n = 1;
+    let mut spill = Vec::new();
+    for member in members {
+        if n < INLINE {
+            inline[n] = member;
+        } else {
+            if spill.is_empty() {
+                spill.extend_from_slice(&inline);
+            }
+            spill.push(member);
+        }
+        n += 1;
     }
-    let rules: Vec<&Rule> = tier.rules.iter().filter(|r| r.applies(parts)).collect();
-    decide_all(tier, &rules, key, parts)
+    if spill.is_empty() {
+        decide_all(tier, &inline[..n])
+    } else {
+        decide_all(tier, &spill)
+    }
 }
 
 /// The common case, one rule: one check, nothing allocated but the key.
@@ -151,24 +207,29 @@ fn decide_one(tier: &Tier, rule: &Rule, key: String, parts: &Parts) -> Verdict {
     }
 }
 
-/// One member of the request's [`AllOf`]: a backend bound to the request's
-/// key and this rule's cost. The `AllOf` is checked with cost 1, so each
-/// member spends its own cost.
-struct Bound {
-    backend: Arc<dyn Backend>,
-    key: Arc<str>,
+/// Rules decided together without a heap allocation for the members.
+const INLINE: usize = 4;
+
+/// One member of the request's all-or-nothing check: a rule's backend
+/// bound to the request's key and the rule's cost, borrowed for the check.
+/// It is checked with cost 1, so each member spends its own cost.
+#[derive(Clone, Copy)]
+struct Bound<'a> {
+    rule: &'a Rule,
+    backend: &'a dyn Backend,
+    key: &'a str,
     cost: u32,
 }
 
-impl Limit for Bound {
+impl Limit for Bound<'_> {
     fn check_n(&self, times: u32) -> Result<Decision, CheckError> {
         self.backend
-            .check_n(&self.key, self.cost.saturating_mul(times))
+            .check_n(self.key, self.cost.saturating_mul(times))
     }
 
     fn peek_n(&self, times: u32) -> Result<Decision, CheckError> {
         self.backend
-            .peek_n(&self.key, self.cost.saturating_mul(times))
+            .peek_n(self.key, self.cost.saturating_mul(times))
     }
 
     fn quota(&self) -> Option<Quota> {
@@ -176,80 +237,64 @@ impl Limit for Bound {
     }
 
     fn state_id(&self) -> usize {
-        // Every key of one backend shares its lock stripe, as `KeyedLimit`
-        // does: `AllOf`s on the same limiter serialize on it.
-        Arc::as_ptr(&self.backend).cast::<()>() as usize
+        // One per backend, as `KeyedLimit` has: two rules on one limiter
+        // are not decided nested.
+        (self.backend as *const dyn Backend).cast::<()>() as usize
+    }
+
+    fn lock_id(&self) -> u64 {
+        self.backend.lock_id(self.key)
+    }
+
+    fn peek_then_check_n(
+        &self,
+        times: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        self.backend
+            .peek_then_check_n(self.key, self.cost.saturating_mul(times), commit)
     }
 }
 
-/// Several rules: admitted by all or by none, through [`AllOf`].
-fn decide_all(tier: &Tier, rules: &[&Rule], key: String, parts: &Parts) -> Verdict {
-    let key: Arc<str> = Arc::from(key);
-    let mut members: Vec<Arc<dyn Limit>> = Vec::with_capacity(rules.len());
-    let mut bound: Vec<(&Rule, Arc<dyn Backend>, u32)> = Vec::with_capacity(rules.len());
-    for rule in rules {
-        // The builder refuses async rules beside others.
-        let RuleLimiter::Sync(backend) = &rule.limiter else {
-            continue;
-        };
-        let cost = rule.cost_of(parts);
-        members.push(Arc::new(Bound {
-            backend: Arc::clone(backend),
-            key: Arc::clone(&key),
-            cost,
-        }));
-        bound.push((rule, Arc::clone(backend), cost));
-    }
-    let all = AllOf::new(members);
-    let decision = match all.check_n(1) {
-        Ok(decision) => decision,
+/// Several rules: admitted by all or by none, through
+/// [`policy::decide_all`](crate::policy::decide_all) (what
+/// [`AllOf`](crate::policy::AllOf) runs), each limit looked up once. Each
+/// member's own decision (after an admission what is left, after a denial
+/// its peek at the refused cost) gives its rule's headers.
+fn decide_all(tier: &Tier, members: &[Bound<'_>]) -> Verdict {
+    let none = Decision::allow(0, 0, 0);
+    let mut inline = [none; INLINE];
+    let mut spill = Vec::new();
+    let decisions: &mut [Decision] = if members.len() <= INLINE {
+        &mut inline[..members.len()]
+    } else {
+        spill.resize(members.len(), none);
+        &mut spill
+    };
+    let report = match crate::policy::decide_all(members, 1, &mut |i, d| decisions[i] = *d) {
+        Ok(report) => report,
         Err(error) => {
-            // Name the rule whose cost can never pass.
-            let policy = bound
-                .iter()
-                .find(|(_, backend, cost)| backend.peek_n(&key, *cost).is_err())
-                .map_or_else(
-                    || Arc::clone(&tier.name),
-                    |(rule, ..)| Arc::clone(&rule.name),
-                );
-            return Verdict::CostTooHigh { policy, error };
+            return Verdict::CostTooHigh {
+                policy: Arc::clone(&members[error.member].rule.name),
+                error: error.error,
+            };
         }
     };
-    let allowed = decision.is_allowed();
-    // Each limit's own state for the headers: after an admission, a cost-0
-    // probe (what is left now); after a denial, which recorded nothing, a
-    // peek at the cost that was refused (who refused, and for how long).
-    let mut policies = Vec::with_capacity(bound.len());
-    let mut binding = 0;
-    let mut best: Option<Decision> = None;
-    for (index, (rule, backend, cost)) in bound.iter().enumerate() {
-        let probe = backend
-            .peek_n(&key, if allowed { 0 } else { *cost })
-            .unwrap_or(decision);
-        let better = match best {
-            None => true,
-            Some(b) if allowed => probe.remaining() < b.remaining(),
-            Some(b) => {
-                !probe.is_allowed()
-                    && (b.is_allowed() || probe.retry_after_nanos() > b.retry_after_nanos())
-            }
-        };
-        if better {
-            best = Some(probe);
-            binding = index;
-        }
-        policies.push(PolicyState {
-            name: Arc::clone(&rule.name),
-            fields: RateLimitFields::new(&probe, &backend.quota()),
-            policy: rule.policy_header.clone(),
-        });
-    }
+    let state = |(member, decision): (&Bound<'_>, &Decision)| PolicyState {
+        name: Arc::clone(&member.rule.name),
+        fields: RateLimitFields::new(decision, &member.backend.quota()),
+        policy: member.rule.policy_header.clone(),
+    };
+    let policies = match (members, &*decisions) {
+        ([a, b], [da, db]) => Policies::Two([state((a, da)), state((b, db))]),
+        _ => Policies::Many(members.iter().zip(decisions.iter()).map(state).collect()),
+    };
     Verdict::Decided(Report {
         tier: Arc::clone(&tier.name),
         policies,
-        binding,
-        allowed,
-        retry_after_secs: retry_after_secs(&decision),
+        binding: report.binding().unwrap_or(0),
+        allowed: report.is_allowed(),
+        retry_after_secs: retry_after_secs(&report.decision()),
     })
 }
 

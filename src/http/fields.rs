@@ -9,7 +9,6 @@
 //! Structured Field lists, one item per policy.
 
 use crate::{Decision, Quota};
-use std::fmt::Write;
 
 /// `x-ratelimit-limit`: the quota's limit per its period (`100` for
 /// `100/s burst=10`), as GitHub and most APIs send it.
@@ -159,16 +158,42 @@ impl RateLimitFields {
     /// The `ratelimit-policy` list item: `"name";q=100;w=60`.
     pub fn policy_item(&self, name: &str) -> String {
         let mut item = sf_string(name);
-        // Writing to a String cannot fail.
-        let _ = write!(item, ";q={};w={}", self.window_quota, self.window_secs);
+        item.put(b";q=");
+        write_u64(&mut item, self.window_quota);
+        item.put(b";w=");
+        write_u64(&mut item, self.window_secs);
         item
     }
 
     /// The `ratelimit` list item: `"name";r=50;t=30`.
     pub fn state_item(&self, name: &str) -> String {
-        let mut item = sf_string(name);
-        let _ = write!(item, ";r={};t={}", self.remaining, self.reset_secs());
+        let mut item = String::with_capacity(name.len() + 16);
+        self.write_state_item(&mut item, name);
         item
+    }
+
+    /// Writes [`state_item`](Self::state_item) to `out`, allocating
+    /// nothing.
+    pub(crate) fn write_state_item(&self, out: &mut impl AsciiSink, name: &str) {
+        write_sf_string(out, name);
+        out.put(b";r=");
+        write_u64(out, u64::from(self.remaining));
+        out.put(b";t=");
+        write_u64(out, self.reset_secs());
+    }
+}
+
+/// Where header text is written: a `String`, or the layer's response
+/// buffer. Everything written is ASCII.
+pub(crate) trait AsciiSink {
+    /// Appends `ascii`.
+    fn put(&mut self, ascii: &[u8]);
+}
+
+impl AsciiSink for String {
+    fn put(&mut self, ascii: &[u8]) {
+        // ASCII is UTF-8; anything else (never written) is dropped.
+        self.push_str(std::str::from_utf8(ascii).unwrap_or_default());
     }
 }
 
@@ -177,19 +202,44 @@ impl RateLimitFields {
 /// string cannot hold, become `_`.
 fn sf_string(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
+    write_sf_string(&mut out, name);
+    out
+}
+
+/// Writes `name` as [`sf_string`] would give it, allocating nothing.
+pub(crate) fn write_sf_string(out: &mut impl AsciiSink, name: &str) {
+    out.put(b"\"");
+    // Runs of characters that need no escape are written at once.
+    let mut plain = 0;
+    for (at, c) in name.char_indices() {
+        let replacement: &[u8] = match c {
+            '"' => b"\\\"",
+            '\\' => b"\\\\",
+            ' '..='~' => continue,
+            _ => b"_",
+        };
+        out.put(&name.as_bytes()[plain..at]);
+        out.put(replacement);
+        plain = at + c.len_utf8();
+    }
+    out.put(&name.as_bytes()[plain..]);
+    out.put(b"\"");
+}
+
+/// Writes `n` in decimal without the formatting machinery (a response
+/// carries up to a dozen numbers).
+pub(crate) fn write_u64(out: &mut impl AsciiSink, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
-    out.push('"');
-    out
+    out.put(&digits[at..]);
 }
 
 #[cfg(test)]
@@ -241,6 +291,18 @@ mod tests {
     fn names_are_escaped() {
         assert_eq!(sf_string(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(sf_string("é\n"), r#""__""#);
+        assert_eq!(sf_string("plain-name"), r#""plain-name""#);
+        assert_eq!(sf_string("x\"y"), r#""x\"y""#);
+        assert_eq!(sf_string(""), r#""""#);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 1_000_000_007, u64::MAX] {
+            let mut out = String::new();
+            write_u64(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
     }
 
     #[test]

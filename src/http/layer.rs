@@ -265,6 +265,16 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// A leaky bucket in delay mode admits with a delay the layer does not
 /// wait out: such a request is served at once.
 ///
+/// # Cost
+///
+/// With in-memory limiters the layer adds about 7,100 instructions per
+/// request with one rule and 9,100 with two rules checked all or nothing
+/// (each limit looked up once; for up to four rules nothing is allocated
+/// but the key and one buffer for the header values), counted by callgrind
+/// over `cargo run --release --example axum_load --features axum --
+/// in-process`. The same example load-tests an axum server on loopback;
+/// the README's "HTTP servers" section has its figures.
+///
 /// # Examples
 ///
 /// ```

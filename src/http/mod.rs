@@ -17,7 +17,9 @@
 //!   function; [`KeyError`] when there is none.
 //! * Policies: [`Tier`]s of keys, each with [`Rule`]s that apply by route
 //!   and method ([`Matcher`]) and charge a cost; several rules on one
-//!   request are checked all or nothing with [`AllOf`](crate::policy::AllOf).
+//!   request are checked all or nothing, as [`AllOf`](crate::policy::AllOf)
+//!   decides (each limit looked up once, nothing allocated for up to four
+//!   rules), and a 429 names the rule that denied.
 //!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
 //!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
 //!   when Redis cannot, and the synced and leased limiters).

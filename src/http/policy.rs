@@ -35,6 +35,41 @@ pub trait Backend: Send + Sync + 'static {
     /// The quota enforced (what `x-ratelimit-limit` and `RateLimit-Policy`
     /// report).
     fn quota(&self) -> Quota;
+
+    /// Which lock stripe guards `key`'s state when several rules are
+    /// checked together (see
+    /// [`Limit::lock_id`](crate::policy::Limit::lock_id)): the same for
+    /// every key by default (one state for all, as a [`RateLimiter`] has);
+    /// the keyed limiter mixes in the key.
+    fn lock_id(&self, key: &str) -> u64 {
+        let _ = key;
+        (self as *const Self).cast::<()>() as usize as u64
+    }
+
+    /// Peeks `cost` for `key`, shows the peek to `commit`, and checks `cost`
+    /// if `commit` returns `true`; returns the check's decision after a
+    /// commit, else the peek's. The layer decides several rules on one
+    /// request through it (see
+    /// [`Limit::peek_then_check_n`](crate::policy::Limit::peek_then_check_n)).
+    /// The default peeks and checks separately; the keyed limiter looks the
+    /// key up once for both.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Backend::check_n); `commit` is then not called.
+    fn peek_then_check_n(
+        &self,
+        key: &str,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        let peek = self.peek_n(key, cost)?;
+        if commit(&peek) {
+            self.check_n(key, cost)
+        } else {
+            Ok(peek)
+        }
+    }
 }
 
 impl<A, C, S> Backend for KeyedRateLimiter<String, A, C, S>
@@ -54,6 +89,21 @@ where
 
     fn quota(&self) -> Quota {
         *KeyedRateLimiter::quota(self)
+    }
+
+    fn lock_id(&self, key: &str) -> u64 {
+        // As `KeyedLimit` does: one key's state, one lock, whichever
+        // handle checks it.
+        crate::policy::keyed_lock_id((self as *const Self).cast::<()>() as usize, key)
+    }
+
+    fn peek_then_check_n(
+        &self,
+        key: &str,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        KeyedRateLimiter::peek_then_check_n(self, key, cost, commit)
     }
 }
 

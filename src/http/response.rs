@@ -6,7 +6,7 @@ use super::fields::*;
 use super::key::KeyError;
 use crate::CheckError;
 use crate::sync::Arc;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use std::fmt::Write;
@@ -160,6 +160,9 @@ const STATE: HeaderName = HeaderName::from_static(RATELIMIT);
 
 /// Adds `report`'s headers to `headers`; `retry-after` too when `denied`
 /// (a 429 is being sent, not a shadow-mode pass).
+///
+/// Every value is written into one buffer, and each header value is a
+/// slice of it: one allocation per response, not one per value.
 pub(crate) fn write_headers(
     headers: &mut HeaderMap,
     report: &Report,
@@ -167,8 +170,15 @@ pub(crate) fn write_headers(
     denied: bool,
 ) {
     let binding = &report.binding().fields;
-    // Up to seven fields: one growth of the map instead of several.
-    headers.reserve(7);
+    let mut buf = Buf(BytesMut::with_capacity(
+        64 + report.policies.len() * 48 + usize::from(denied) * 8,
+    ));
+    let mut numbers = [
+        (LIMIT, 0..0),
+        (REMAINING, 0..0),
+        (RESET, 0..0),
+        (USED, 0..0),
+    ];
     if options.x_ratelimit {
         let unix_now = match options.reset {
             ResetFormat::DeltaSeconds => 0,
@@ -178,52 +188,95 @@ pub(crate) fn write_headers(
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos()),
         };
-        let pairs = [
-            (LIMIT, u64::from(binding.limit())),
-            (REMAINING, u64::from(binding.remaining())),
-            (RESET, binding.reset_value(options.reset, unix_now)),
-            (USED, u64::from(binding.used())),
+        let values = [
+            u64::from(binding.limit()),
+            u64::from(binding.remaining()),
+            binding.reset_value(options.reset, unix_now),
+            u64::from(binding.used()),
         ];
-        for (name, value) in pairs {
-            headers.insert(name, HeaderValue::from(value));
+        for ((_, range), value) in numbers.iter_mut().zip(values) {
+            *range = buf.number(value);
         }
     }
+    let (mut policy, mut state) = (0..0, 0..0);
     if options.ietf {
         // One rule: its policy item was built with the rule (a shared
         // buffer, nothing copied); several are joined.
-        let policy = match report.policies.as_slice() {
-            [only] => Some(only.policy.clone()),
-            _ => HeaderValue::from_str(&join(report, |p, out| {
-                out.push_str(p.policy.to_str().unwrap_or(""));
-            }))
-            .ok(),
-        };
-        let state = join(report, |p, out| out.push_str(&p.fields.state_item(&p.name)));
-        // The items are printable ASCII by construction (names are
-        // escaped); a value that still fails is left out, not a panic.
-        if let Some(value) = policy {
-            headers.insert(POLICY, value);
+        if report.policies.len() > 1 {
+            policy = buf.list(report, |p, out| out.put(p.policy.as_bytes()));
         }
-        if let Ok(value) = HeaderValue::from_str(&state) {
-            headers.insert(STATE, value);
+        state = buf.list(report, |p, out| p.fields.write_state_item(out, &p.name));
+    }
+    let retry = if denied {
+        buf.number(report.retry_after_secs.unwrap_or(1).max(1))
+    } else {
+        0..0
+    };
+    let buf = buf.0.freeze();
+    // Every value is visible ASCII by construction (names are escaped); one
+    // that still fails is left out, not a panic.
+    let value = |range: std::ops::Range<usize>| HeaderValue::from_maybe_shared(buf.slice(range));
+    // Up to seven fields: one growth of the map instead of several.
+    headers.reserve(7);
+    if options.x_ratelimit {
+        for (name, range) in numbers {
+            if let Ok(v) = value(range) {
+                headers.insert(name, v);
+            }
+        }
+    }
+    if options.ietf {
+        let policy = match &*report.policies {
+            [only] => Ok(only.policy.clone()),
+            _ => value(policy),
+        };
+        if let Ok(v) = policy {
+            headers.insert(POLICY, v);
+        }
+        if let Ok(v) = value(state) {
+            headers.insert(STATE, v);
         }
     }
     if denied {
-        let secs = report.retry_after_secs.unwrap_or(1).max(1);
-        headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        if let Ok(v) = value(retry) {
+            headers.insert(http::header::RETRY_AFTER, v);
+        }
     }
 }
 
-/// The policies' items, `, `-separated (a Structured Field list).
-fn join(report: &Report, item: impl Fn(&super::decide::PolicyState, &mut String)) -> String {
-    let mut out = String::new();
-    for (i, policy) in report.policies.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        item(policy, &mut out);
+/// The response's header values, written one after another.
+struct Buf(BytesMut);
+
+impl Buf {
+    /// Appends `n`; returns where it lies.
+    fn number(&mut self, n: u64) -> std::ops::Range<usize> {
+        let start = self.0.len();
+        write_u64(self, n);
+        start..self.0.len()
     }
-    out
+
+    /// Appends the policies' items, `, `-separated (a Structured Field
+    /// list); returns where they lie.
+    fn list(
+        &mut self,
+        report: &Report,
+        item: impl Fn(&super::decide::PolicyState, &mut Buf),
+    ) -> std::ops::Range<usize> {
+        let start = self.0.len();
+        for (i, policy) in report.policies.iter().enumerate() {
+            if i > 0 {
+                self.0.extend_from_slice(b", ");
+            }
+            item(policy, self);
+        }
+        start..self.0.len()
+    }
+}
+
+impl AsciiSink for Buf {
+    fn put(&mut self, ascii: &[u8]) {
+        self.0.extend_from_slice(ascii);
+    }
 }
 
 #[cfg(test)]

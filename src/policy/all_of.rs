@@ -1,11 +1,11 @@
 //! Several limits at once: a request passes only when every one admits it,
 //! and a denial consumes nothing from any of them.
 
+use super::stripes::{keyed_lock_id, stripe_of, with_stripes};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, KeyedRateLimiter, Quota, RateLimiter};
-use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
@@ -33,9 +33,49 @@ pub trait Limit: Send + Sync {
 
     /// An address identifying the state this limit decides on, equal for
     /// every handle on the same state (all keys of one keyed limiter share
-    /// one). [`AllOf`] serializes its checks per state id.
+    /// one). [`AllOf`] decides members with distinct state ids nested (see
+    /// [`peek_then_check_n`](Limit::peek_then_check_n)), others one after
+    /// the other.
     fn state_id(&self) -> usize {
         (self as *const Self).cast::<()>() as usize
+    }
+
+    /// Which of [`AllOf`]'s lock stripes guards this limit: equal for every
+    /// handle on the same state. The default is the state id; a keyed limit
+    /// mixes in its key, so that `AllOf`s on different keys of one keyed
+    /// limiter rarely wait for each other.
+    fn lock_id(&self) -> u64 {
+        self.state_id() as u64
+    }
+
+    /// Peeks `cost`, shows the peek to `commit`, and if `commit` returns
+    /// `true` checks `cost` (recording it if admitted). Returns the check's
+    /// decision after a commit, else the peek's.
+    ///
+    /// [`AllOf`] decides through this method, nesting each member's call
+    /// inside the previous member's `commit` (the last member just checks).
+    /// The default peeks and checks separately; a limit that must find its
+    /// state first overrides it to find it once ([`KeyedLimit`] decides on
+    /// one map lookup, holding the key's entry across both, so that no
+    /// sweep can drop it in between). An override may hold a lock on its
+    /// state while `commit` runs: `AllOf` nests only members whose
+    /// [`state_id`](Limit::state_id)s differ, so `commit` never touches a
+    /// state with this one's id.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Limit::check_n); `commit` is then not called.
+    fn peek_then_check_n(
+        &self,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        let peek = self.peek_n(cost)?;
+        if commit(&peek) {
+            self.check_n(cost)
+        } else {
+            Ok(peek)
+        }
     }
 }
 
@@ -72,6 +112,18 @@ impl<L: Limit + ?Sized> Limit for Arc<L> {
 
     fn state_id(&self) -> usize {
         (**self).state_id()
+    }
+
+    fn lock_id(&self) -> u64 {
+        (**self).lock_id()
+    }
+
+    fn peek_then_check_n(
+        &self,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        (**self).peek_then_check_n(cost, commit)
     }
 }
 
@@ -133,45 +185,289 @@ where
     fn state_id(&self) -> usize {
         Arc::as_ptr(&self.limiter).cast::<()>() as usize
     }
+
+    fn lock_id(&self) -> u64 {
+        keyed_lock_id(self.state_id(), &self.key)
+    }
+
+    fn peek_then_check_n(
+        &self,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        self.limiter.peek_then_check_n(&self.key, cost, commit)
+    }
 }
 
-/// Lock stripes shared by every [`AllOf`] in the process, chosen by state
-/// id: two `AllOf`s that share a limit always take a common stripe.
-const STRIPES: usize = 64;
-static LOCKS: [Mutex<()>; STRIPES] = [const { parking_lot::const_mutex(()) }; STRIPES];
+/// An [`AllOf`] decision and the member it comes from.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::policy::{AllOf, Limit};
+/// use rategate::{Quota, RateLimiter, TokenBucket};
+/// use std::sync::Arc;
+///
+/// let hourly = Arc::new(RateLimiter::<TokenBucket>::new(Quota::per_hour(5000)?)?);
+/// let burst = Arc::new(RateLimiter::<TokenBucket>::new(Quota::per_second(1)?)?);
+/// let all = AllOf::new([hourly as Arc<dyn Limit>, burst]);
+/// assert_eq!(all.check_n_report(1)?.denied_by(), None);
+/// let report = all.check_n_report(1)?;
+/// assert!(!report.is_allowed());
+/// assert_eq!(report.denied_by(), Some(1)); // the per-second limit
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllOfDecision {
+    decision: Decision,
+    member: Option<usize>,
+}
 
-fn stripe_of(state_id: usize) -> usize {
-    // Fibonacci hashing of the address: neighbouring allocations spread.
-    (state_id.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - 6)) % STRIPES
+impl AllOfDecision {
+    /// The decision: on a denial the denying member's (the longest retry
+    /// when several deny), else the admission with the fewest remaining.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Whether every member admitted (and was charged).
+    pub fn is_allowed(&self) -> bool {
+        self.decision.is_allowed()
+    }
+
+    /// On a denial, the index in [`AllOf::members`] of the limit that
+    /// denied (the one with the longest retry when several did).
+    pub fn denied_by(&self) -> Option<usize> {
+        self.member.filter(|_| !self.is_allowed())
+    }
+
+    /// The index of the member whose numbers [`decision`](Self::decision)
+    /// carries; `None` for an empty `AllOf`.
+    pub fn binding(&self) -> Option<usize> {
+        self.member
+    }
+}
+
+/// A member's cost can never pass: which member, and its error. Nothing was
+/// consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberError {
+    /// The index in [`AllOf::members`] of the limit whose capacity the cost
+    /// exceeds.
+    pub member: usize,
+    /// That limit's error.
+    pub error: CheckError,
+}
+
+impl fmt::Display for MemberError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "member {}: {}", self.member, self.error)
+    }
+}
+
+impl std::error::Error for MemberError {}
+
+/// Folds the members' final decisions into the binding one.
+struct Fold<'a> {
+    best: Option<(usize, Decision)>,
+    peeks_allowed: bool,
+    each: &'a mut dyn FnMut(usize, &Decision),
+}
+
+impl Fold<'_> {
+    fn record(&mut self, member: usize, decision: Decision) {
+        (self.each)(member, &decision);
+        // On a tie the first member binds, whatever order they came in.
+        self.best = Some(match self.best {
+            Some((i, best))
+                if !tighter(&decision, &best) && (i < member || tighter(&best, &decision)) =>
+            {
+                (i, best)
+            }
+            _ => (member, decision),
+        });
+    }
+
+    fn finish(self) -> AllOfDecision {
+        AllOfDecision {
+            decision: self.best.map_or_else(unlimited, |(_, d)| d),
+            member: self.best.map(|(i, _)| i),
+        }
+    }
+}
+
+/// Whether `b` binds more than `a`: a denial over an admission, the longer
+/// retry between denials (every member must admit), the fewer remaining
+/// between admissions.
+fn tighter(b: &Decision, a: &Decision) -> bool {
+    match (a.is_allowed(), b.is_allowed()) {
+        (true, false) => true,
+        (false, false) => b.retry_after_nanos() > a.retry_after_nanos(),
+        (true, true) => b.remaining() < a.remaining(),
+        (false, true) => false,
+    }
+}
+
+fn unlimited() -> Decision {
+    Decision::allow(u32::MAX, u32::MAX, 0)
+}
+
+/// The all-or-nothing decision over `members`, each charged `cost`;
+/// `each(i, d)` hears member `i`'s decision (the check's after a commit,
+/// else the peek's; a member may be heard more than once, the last one
+/// counts). Allocates nothing.
+pub(crate) fn decide_all<M: Limit>(
+    members: &[M],
+    cost: u32,
+    each: &mut dyn FnMut(usize, &Decision),
+) -> Result<AllOfDecision, MemberError> {
+    let mut fold = Fold {
+        best: None,
+        peeks_allowed: true,
+        each,
+    };
+    if let [only] = members {
+        // Alone, a member needs no lock: its own check is atomic.
+        let decision = only
+            .check_n(cost)
+            .map_err(|error| MemberError { member: 0, error })?;
+        fold.record(0, decision);
+        return Ok(fold.finish());
+    }
+    let mut mask = 0u64;
+    for member in members {
+        mask |= 1 << stripe_of(member.lock_id());
+    }
+    // Distinct stripes imply distinct states; otherwise compare the ids.
+    let distinct = mask.count_ones() as usize == members.len()
+        || members.iter().enumerate().all(|(i, a)| {
+            let id = a.state_id();
+            members[..i].iter().all(|b| b.state_id() != id)
+        });
+    with_stripes(mask, || {
+        if distinct {
+            nested(members, 0, cost, &mut fold)?;
+        } else {
+            two_phase(members, cost, &mut fold)?;
+        }
+        Ok(fold.finish())
+    })
+}
+
+/// Member `i` peeks, and inside its `commit` the members after it decide;
+/// each checks on the way back out if every peek admitted and every member
+/// after it was charged (the innermost checks at once). One lookup per member, every decision of a member
+/// at one instant. Members must be on distinct states: a keyed member holds
+/// its map entry while the later members decide.
+///
+/// Returns whether members `i..` were all charged.
+fn nested<M: Limit>(
+    members: &[M],
+    i: usize,
+    cost: u32,
+    fold: &mut Fold<'_>,
+) -> Result<bool, MemberError> {
+    let Some(member) = members.get(i) else {
+        return Ok(fold.peeks_allowed);
+    };
+    if i + 1 == members.len() {
+        // The innermost member decides last, with every other peek known:
+        // it checks at once (a denial records nothing, as its peek would)
+        // if they all admitted, and only peeks (for the report) if not.
+        let decision = if fold.peeks_allowed {
+            member.check_n(cost)
+        } else {
+            member.peek_n(cost)
+        }
+        .map_err(|error| MemberError { member: i, error })?;
+        fold.peeks_allowed &= decision.is_allowed();
+        fold.record(i, decision);
+        return Ok(fold.peeks_allowed);
+    }
+    let mut inner = Ok(false);
+    let decision = member
+        .peek_then_check_n(cost, &mut |peek| {
+            fold.peeks_allowed &= peek.is_allowed();
+            inner = nested(members, i + 1, cost, fold);
+            matches!(inner, Ok(true))
+        })
+        .map_err(|error| MemberError { member: i, error })?;
+    let committed = inner?;
+    fold.record(i, decision);
+    // A committed check denies only when a caller outside every `AllOf`
+    // took the capacity since the peek: the members after this one were
+    // charged, the ones before it will not be (see the type's docs).
+    Ok(committed && decision.is_allowed())
+}
+
+/// Members sharing a state (two keys of one keyed limiter): peek them all,
+/// then check them all, one lookup each time.
+fn two_phase<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), MemberError> {
+    for (i, member) in members.iter().enumerate() {
+        let peek = member
+            .peek_n(cost)
+            .map_err(|error| MemberError { member: i, error })?;
+        fold.peeks_allowed &= peek.is_allowed();
+        fold.record(i, peek);
+    }
+    if !fold.peeks_allowed {
+        return Ok(());
+    }
+    fold.best = None;
+    for (i, member) in members.iter().enumerate() {
+        let decision = member
+            .check_n(cost)
+            .map_err(|error| MemberError { member: i, error })?;
+        fold.record(i, decision);
+        if !decision.is_allowed() {
+            // As in `nested`: only a check outside every `AllOf` gets here.
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// Several limits that admit a request together or not at all: Stripe's
 /// read or write limit plus a per-endpoint limit, a per-user limit plus a
 /// global one, a burst limit plus a daily cap.
 ///
-/// A check first *peeks* every member (recording nothing); if any would
-/// deny, it returns that denial (the one with the longest retry time, since
-/// every member must admit) and nothing is consumed anywhere. Otherwise it
-/// checks every member, recording the request in each.
+/// A check *peeks* every member (recording nothing); if any would deny, it
+/// returns that denial (the one with the longest retry time, since every
+/// member must admit) and nothing is consumed anywhere. Otherwise it checks
+/// every member, recording the request in each.
+/// [`check_n_report`](AllOf::check_n_report) also says which member denied.
+///
+/// The members decide nested: each member's peek runs the later members'
+/// decisions inside it, and checks once they all admitted, so a member on
+/// a keyed limiter ([`KeyedLimit`]) is looked up once, not twice, and a
+/// check allocates nothing.
 ///
 /// # What "all or nothing" guarantees
 ///
-/// Between the peeks and the checks, `AllOf` holds a lock stripe for every
-/// member's state (stripes shared by all `AllOf`s in the process, taken in
-/// a fixed order, so there is no deadlock). Time passing only frees
-/// capacity in every algorithm, so among callers that go through an
-/// `AllOf`, a member that admitted the peek admits the check: all or
-/// nothing holds exactly.
+/// During a check, `AllOf` holds a lock stripe for every member's state
+/// (stripes shared by all `AllOf`s in the process, chosen by
+/// [`Limit::lock_id`]: per key for a keyed limiter; taken in a fixed order,
+/// so there is no deadlock). Time passing only frees capacity in every
+/// algorithm, so among callers that go through an `AllOf`, a member that
+/// admitted the peek admits the check: all or nothing holds exactly (a loom
+/// model checks it for every interleaving of three racing `AllOf`s).
 ///
 /// A caller that checks a member limiter *directly*, outside any `AllOf`,
 /// takes no stripe. If such a check takes the last slot of member `B`
-/// between this `AllOf`'s peek and its check of `B`, the members checked
-/// before `B` have recorded the request and `B` denies it: the request is
-/// refused but charged to those members (the limiters have no refund). To
-/// rule that out, route every use of a shared limiter through `AllOf`s (a
-/// one-member `AllOf` costs no lock) or give `AllOf` its own limiters. The
-/// lock is held for two lock-free operations per member, tens of
-/// nanoseconds.
+/// between this `AllOf`'s peek and its check of `B`, the members after `B`
+/// have recorded the request and `B` denies it: the request is refused but
+/// charged to those members (the limiters have no refund). To rule that
+/// out, route every use of a shared limiter through `AllOf`s (a one-member
+/// `AllOf` costs no lock) or give `AllOf` its own limiters. The lock is held
+/// for two lock-free operations per member, tens of nanoseconds.
+///
+/// The same holds for keys of a keyed limiter past its key cap under
+/// [`Overflow::Shared`](crate::Overflow::Shared): they share one state but
+/// not one stripe.
+///
+/// An `AllOf` is itself a [`Limit`], but list an inner `AllOf`'s members in
+/// the outer one rather than nesting it: the stripes are not reentrant, so
+/// a nested `AllOf` whose stripes collide with the outer one's deadlocks.
 ///
 /// # Examples
 ///
@@ -194,8 +490,6 @@ fn stripe_of(state_id: usize) -> usize {
 #[derive(Clone)]
 pub struct AllOf {
     members: Vec<Arc<dyn Limit>>,
-    /// Distinct lock stripes of the members, ascending (the lock order).
-    stripes: Vec<usize>,
 }
 
 impl fmt::Debug for AllOf {
@@ -209,11 +503,9 @@ impl AllOf {
     /// The limits a request must pass together. An empty set admits
     /// everything.
     pub fn new(members: impl IntoIterator<Item = Arc<dyn Limit>>) -> Self {
-        let members: Vec<Arc<dyn Limit>> = members.into_iter().collect();
-        let mut stripes: Vec<usize> = members.iter().map(|m| stripe_of(m.state_id())).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        AllOf { members, stripes }
+        AllOf {
+            members: members.into_iter().collect(),
+        }
     }
 
     /// The member limits.
@@ -221,29 +513,15 @@ impl AllOf {
         &self.members
     }
 
-    fn lock(&self) -> Vec<MutexGuard<'static, ()>> {
-        // Ascending stripe order in every AllOf: no lock cycle is possible.
-        self.stripes.iter().map(|&s| LOCKS[s].lock()).collect()
-    }
-
-    /// Of the members' decisions, the one a caller should act on: the
-    /// denial with the longest retry, else the admission with the fewest
-    /// remaining.
-    fn tighter(so_far: Option<Decision>, b: Decision) -> Option<Decision> {
-        let Some(a) = so_far else {
-            return Some(b);
-        };
-        Some(match (a.is_allowed(), b.is_allowed()) {
-            (true, false) => b,
-            (false, true) => a,
-            (false, false) if b.retry_after_nanos() > a.retry_after_nanos() => b,
-            (true, true) if b.remaining() < a.remaining() => b,
-            _ => a,
-        })
-    }
-
-    fn unlimited() -> Decision {
-        Decision::allow(u32::MAX, u32::MAX, 0)
+    /// Admits `cost` in every member, or in none, and says which member
+    /// the decision comes from ([`AllOfDecision::denied_by`]).
+    ///
+    /// # Errors
+    ///
+    /// A [`MemberError`] naming the member that can never admit `cost`;
+    /// nothing is consumed.
+    pub fn check_n_report(&self, cost: u32) -> Result<AllOfDecision, MemberError> {
+        decide_all(&self.members, cost, &mut |_, _| {})
     }
 }
 
@@ -255,37 +533,21 @@ impl Limit for AllOf {
     /// [`CheckError::CostExceedsCapacity`] when a member can never admit
     /// `cost`; nothing is consumed.
     fn check_n(&self, cost: u32) -> Result<Decision, CheckError> {
-        if let [only] = self.members.as_slice() {
-            return only.check_n(cost);
+        match self.check_n_report(cost) {
+            Ok(report) => Ok(report.decision()),
+            Err(e) => Err(e.error),
         }
-        let _locks = self.lock();
-        // Folded as they come: no allocation per check.
-        let mut peeked = None;
-        for member in &self.members {
-            peeked = Self::tighter(peeked, member.peek_n(cost)?);
-        }
-        if peeked.is_some_and(|d| !d.is_allowed()) {
-            return Ok(peeked.unwrap_or_else(Self::unlimited));
-        }
-        let mut checked = None;
-        for member in &self.members {
-            let decision = member.check_n(cost)?;
-            if !decision.is_allowed() {
-                // Only a direct check outside any AllOf can get here; see
-                // the type's docs for what the earlier members recorded.
-                return Ok(decision);
-            }
-            checked = Self::tighter(checked, decision);
-        }
-        Ok(checked.unwrap_or_else(Self::unlimited))
     }
 
     fn peek_n(&self, cost: u32) -> Result<Decision, CheckError> {
-        let mut peeked = None;
+        let mut peeked: Option<Decision> = None;
         for member in &self.members {
-            peeked = Self::tighter(peeked, member.peek_n(cost)?);
+            let d = member.peek_n(cost)?;
+            if peeked.is_none_or(|p| tighter(&d, &p)) {
+                peeked = Some(d);
+            }
         }
-        Ok(peeked.unwrap_or_else(Self::unlimited))
+        Ok(peeked.unwrap_or_else(unlimited))
     }
 
     /// The slowest member's quota (the lowest sustained rate).

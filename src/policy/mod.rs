@@ -3,5 +3,11 @@
 //! [`Limit`].
 
 mod all_of;
+mod stripes;
 
-pub use all_of::{AllOf, KeyedLimit, Limit};
+pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit, MemberError};
+
+#[cfg(feature = "tower")]
+pub(crate) use all_of::decide_all;
+#[cfg(feature = "tower")]
+pub(crate) use stripes::keyed_lock_id;
