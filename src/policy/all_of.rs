@@ -90,6 +90,15 @@ impl<A: Algorithm, C: Clock> Limit for RateLimiter<A, C> {
         RateLimiter::peek_n(self, cost)
     }
 
+    /// One clock reading for the peek and the check.
+    fn peek_then_check_n(
+        &self,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError> {
+        RateLimiter::peek_then_check_n(self, cost, commit)
+    }
+
     fn quota(&self) -> Option<Quota> {
         Some(*RateLimiter::quota(self))
     }
