@@ -13,7 +13,8 @@
 //! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA),
 //!   [`FixedWindow`], [`SlidingWindowLog`], [`SlidingWindowCounter`],
 //!   [`LeakyBucket`] (nginx `limit_req`); [`Sharded`] stripes a hot key's
-//!   state over cache-padded shards.
+//!   state over cache-padded shards. [`AnyAlgorithm`] is one of them
+//!   chosen at run time from a name ([`AlgorithmKind`]).
 //! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
@@ -82,6 +83,7 @@ mod wait;
 pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
+pub use algorithm::{AlgorithmKind, AnyAlgorithm};
 pub use algorithm::{Sharded, Splittable};
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock};
 pub use decision::Decision;

@@ -7,6 +7,7 @@
 //! [`KeyedRateLimiter`](crate::KeyedRateLimiter)) are generic over
 //! [`Algorithm`], so an algorithm is chosen by type.
 
+mod any;
 mod fixed_window;
 mod leaky_bucket;
 mod sharded;
@@ -14,6 +15,7 @@ mod sliding_window_counter;
 mod sliding_window_log;
 mod token_bucket;
 
+pub use any::{AlgorithmError, AlgorithmKind, AnyAlgorithm, AnyState, UnknownAlgorithm};
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use sharded::{Sharded, ShardedState, Splittable};
