@@ -1,7 +1,12 @@
 //! Policies built on the limiters. Today: [`AllOf`], several limits that
 //! admit a request together or not at all, over anything that is a
 //! [`Limit`].
+//!
+//! [`Tiered`]: per-key quotas, named tiers with a resolver from key to tier
+//! and per-key overrides.
 
 mod all_of;
+mod tiers;
 
 pub use all_of::{AllOf, KeyedLimit, Limit};
+pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
