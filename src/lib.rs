@@ -70,11 +70,14 @@ pub mod http;
 mod keyed;
 mod limiter;
 mod map;
+mod metrics;
 mod outbound;
 pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "serde")]
+mod serde_strings;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod sync;

@@ -6,6 +6,8 @@
 //! and per-key overrides.
 
 mod all_of;
+#[cfg(feature = "serde")]
+pub mod config;
 mod tiers;
 
 pub use all_of::{AllOf, KeyedLimit, Limit};
