@@ -27,8 +27,15 @@ fn passed(n: usize, mut check: impl FnMut() -> bool) -> usize {
     (0..n).filter(|_| check()).count()
 }
 
-#[test]
-fn anonymous_60_an_hour_signed_in_5000() {
+type SignedIn = Arc<RwLock<HashSet<String>>>;
+type GitHub = Tiered<
+    KeyedRateLimiter<String, TokenBucket, ManualClock>,
+    Box<dyn Fn(&str) -> TierId + Send + Sync>,
+>;
+
+/// GitHub's tiers: anonymous 60/h, signed in 5,000/h; a key is signed in
+/// while it is in the returned set.
+fn github() -> (GitHub, SignedIn, ManualClock) {
     let clock = ManualClock::new();
     let signed_in: Arc<RwLock<HashSet<String>>> = Arc::default();
     let users = Arc::clone(&signed_in);
@@ -37,15 +44,21 @@ fn anonymous_60_an_hour_signed_in_5000() {
             ("anonymous", tier(&clock, "60/h")),
             ("signed_in", tier(&clock, "5000/h")),
         ],
-        move |key: &str| {
+        Box::new(move |key: &str| {
             if users.read().unwrap().contains(key) {
                 SIGNED_IN
             } else {
                 ANONYMOUS
             }
-        },
+        }) as Box<dyn Fn(&str) -> TierId + Send + Sync>,
     )
     .unwrap();
+    (limiter, signed_in, clock)
+}
+
+#[test]
+fn anonymous_60_an_hour_signed_in_5000() {
+    let (limiter, signed_in, clock) = github();
     assert_eq!(limiter.id("signed_in"), Some(SIGNED_IN));
     signed_in.write().unwrap().insert("alice".into());
 
@@ -62,23 +75,7 @@ fn anonymous_60_an_hour_signed_in_5000() {
 
 #[test]
 fn a_key_promoted_mid_stream_gets_the_new_quota_on_its_next_check() {
-    let clock = ManualClock::new();
-    let signed_in: Arc<RwLock<HashSet<String>>> = Arc::default();
-    let users = Arc::clone(&signed_in);
-    let limiter = Tiered::new(
-        [
-            ("anonymous", tier(&clock, "60/h")),
-            ("signed_in", tier(&clock, "5000/h")),
-        ],
-        move |key: &str| {
-            if users.read().unwrap().contains(key) {
-                SIGNED_IN
-            } else {
-                ANONYMOUS
-            }
-        },
-    )
-    .unwrap();
+    let (limiter, signed_in, clock) = github();
     // Anonymous: 60 pass, the 61st is denied.
     assert_eq!(passed(60, || limiter.check("bob").is_allowed()), 60);
     assert!(!limiter.check("bob").is_allowed());
