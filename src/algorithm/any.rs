@@ -251,6 +251,16 @@ impl AnyAlgorithm {
         AnyAlgorithm::new(kind, quota).map_err(|error| AlgorithmError::Quota { kind, error })
     }
 
+    /// The same algorithm for another quota (what a runtime quota change
+    /// must use: [`Algorithm::from_quota`] would give the token bucket).
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] when this algorithm cannot represent `quota`.
+    pub fn with_quota(&self, quota: &Quota) -> Result<AnyAlgorithm, QuotaError> {
+        AnyAlgorithm::new(self.kind(), quota)
+    }
+
     /// Which algorithm this is.
     pub fn kind(&self) -> AlgorithmKind {
         match self {
