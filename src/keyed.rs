@@ -279,6 +279,16 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
     /// [`QuotaError::TooManyShards`] for more than 65,536 shards.
     pub fn build(self) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
         let algorithm = A::from_quota(&self.quota)?;
+        self.build_with(algorithm)
+    }
+
+    /// Builds the limiter with `algorithm`, already built for the quota (an
+    /// [`AnyAlgorithm`](crate::algorithm::AnyAlgorithm) chosen at run time).
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::TooManyShards`] for more than 65,536 shards.
+    pub fn build_with(self, algorithm: A) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
         let shards = match self.shards {
             None => None,
             Some(shards) => Some(

@@ -13,7 +13,8 @@
 //! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA),
 //!   [`FixedWindow`], [`SlidingWindowLog`], [`SlidingWindowCounter`],
 //!   [`LeakyBucket`] (nginx `limit_req`); [`Sharded`] stripes a hot key's
-//!   state over cache-padded shards.
+//!   state over cache-padded shards. [`AnyAlgorithm`] is one of them
+//!   chosen at run time from a name ([`AlgorithmKind`]).
 //! * [`Decision`]: allowed or not, limit, remaining, reset, retry-after, and
 //!   the HTTP headers they make.
 //! * Clocks ([`Clock`]): [`QuantaClock`] (default, monotonic),
@@ -73,11 +74,14 @@ pub mod http;
 mod keyed;
 mod limiter;
 mod map;
+mod metrics;
 mod outbound;
 pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "serde")]
+mod serde_strings;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod snapshot;
@@ -87,6 +91,7 @@ mod wait;
 pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
+pub use algorithm::{AlgorithmKind, AnyAlgorithm};
 pub use algorithm::{Sharded, Splittable};
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock, UnixClock};
 pub use decision::Decision;

@@ -57,6 +57,18 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
         })
     }
 
+    /// A limiter with `algorithm`, already built for `quota` (an
+    /// [`AnyAlgorithm`](crate::algorithm::AnyAlgorithm) chosen at run time),
+    /// reading time from `clock`.
+    pub fn from_algorithm(algorithm: A, quota: Quota, clock: C) -> Self {
+        RateLimiter {
+            state: algorithm.new_state(),
+            algorithm,
+            clock,
+            quota,
+        }
+    }
+
     /// Decides one request of cost 1 and records it if admitted.
     #[inline]
     pub fn check(&self) -> Decision {

@@ -8,6 +8,7 @@
 //! [`Algorithm`], so an algorithm is chosen by type.
 
 mod adjustable;
+mod any;
 mod fixed_window;
 mod leaky_bucket;
 mod sharded;
@@ -16,6 +17,7 @@ mod sliding_window_log;
 mod token_bucket;
 
 pub use adjustable::{Adjust, Adjustable};
+pub use any::{AlgorithmError, AlgorithmKind, AnyAlgorithm, AnyState, UnknownAlgorithm};
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub use sharded::{Sharded, ShardedState, Splittable};

@@ -375,7 +375,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
                 source: Source::LocalCache,
             });
         }
-        match self.call(key, now, cost).await {
+        match crate::metrics::timed_redis_call(self.call(key, now, cost)).await {
             Ok(decision) => {
                 bump(&inner.counters.redis);
                 if !decision.is_allowed() {
@@ -391,7 +391,10 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
                 if matches!(error, RedisError::Timeout) {
                     bump(&inner.counters.timeouts);
                 }
-                Ok(self.store_down_decision(key, cost))
+                crate::metrics::store_failure(&error);
+                let decision = self.store_down_decision(key, cost);
+                crate::metrics::store_down(decision.source());
+                Ok(decision)
             }
         }
     }

@@ -1,0 +1,126 @@
+//! The algorithm chosen at run time against the static type: the same
+//! quota, the same clock, `RateLimiter<AnyAlgorithm>` next to
+//! `RateLimiter<TokenBucket>` (and the sliding window counter, whose state
+//! is also one word), on the allowed and the denied path, and a keyed
+//! check of one known key.
+//!
+//! Rows: `dynamic_{allow,deny,keyed}/{algorithm}/{static,any}`. The clock
+//! is a `ManualClock` set before every check, which isolates the dispatch
+//! from the clock read (see `benches/direct.rs`).
+
+mod common;
+
+use common::{allow_quota, config, deny_quota};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
+use rategate::{
+    Algorithm, AlgorithmKind, AnyAlgorithm, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
+    SlidingWindowCounter, TokenBucket,
+};
+
+/// Two limiters on one clock, static `A` and `AnyAlgorithm` of `kind`.
+fn pair<A: Algorithm>(
+    quota: Quota,
+    kind: AlgorithmKind,
+    clock: &ManualClock,
+) -> (
+    RateLimiter<A, ManualClock>,
+    RateLimiter<AnyAlgorithm, ManualClock>,
+) {
+    let fixed = RateLimiter::<A, _>::with_clock(quota, clock.clone()).unwrap();
+    let any = AnyAlgorithm::new(kind, &quota).unwrap();
+    (
+        fixed,
+        RateLimiter::from_algorithm(any, quota, clock.clone()),
+    )
+}
+
+fn rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: AlgorithmKind, allow: bool) {
+    let name = kind.name();
+    let quota = if allow {
+        allow_quota::<A>()
+    } else {
+        deny_quota()
+    };
+    // Allowed path: twice the emission interval per check keeps every check
+    // admitted; denied path: the clock stands still after one admission.
+    let step = if allow {
+        2 * quota.emission_interval_nanos()
+    } else {
+        0
+    };
+    let clock = ManualClock::new();
+    let (fixed, any) = pair::<A>(quota, kind, &clock);
+    fixed.check();
+    any.check();
+    assert_eq!(fixed.check().is_allowed(), allow, "{name} static");
+    assert_eq!(any.check().is_allowed(), allow, "{name} any");
+    let mut now = 0u64;
+    group.bench_function(BenchmarkId::new(name, "static"), |b| {
+        b.iter(|| {
+            now += step;
+            clock.set(now);
+            fixed.check()
+        })
+    });
+    group.bench_function(BenchmarkId::new(name, "any"), |b| {
+        b.iter(|| {
+            now += step;
+            clock.set(now);
+            any.check()
+        })
+    });
+}
+
+fn keyed_rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: AlgorithmKind) {
+    let name = kind.name();
+    let quota = allow_quota::<A>();
+    let step = 2 * quota.emission_interval_nanos();
+    let clock = ManualClock::new();
+    let fixed = KeyedRateLimiter::<u64, A>::builder(quota)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let any = KeyedRateLimiter::<u64, AnyAlgorithm>::builder(quota)
+        .clock(clock.clone())
+        .build_with(AnyAlgorithm::new(kind, &quota).unwrap())
+        .unwrap();
+    let mut now = 0u64;
+    group.bench_function(BenchmarkId::new(name, "static"), |b| {
+        b.iter(|| {
+            now += step;
+            clock.set(now);
+            fixed.check(&7)
+        })
+    });
+    group.bench_function(BenchmarkId::new(name, "any"), |b| {
+        b.iter(|| {
+            now += step;
+            clock.set(now);
+            any.check(&7)
+        })
+    });
+}
+
+fn dynamic(c: &mut Criterion) {
+    for allow in [true, false] {
+        let mut group = c.benchmark_group(if allow {
+            "dynamic_allow"
+        } else {
+            "dynamic_deny"
+        });
+        rows::<TokenBucket>(&mut group, AlgorithmKind::TokenBucket, allow);
+        rows::<SlidingWindowCounter>(&mut group, AlgorithmKind::SlidingWindowCounter, allow);
+        group.finish();
+    }
+    let mut group = c.benchmark_group("dynamic_keyed");
+    keyed_rows::<TokenBucket>(&mut group, AlgorithmKind::TokenBucket);
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = dynamic
+}
+criterion_main!(benches);

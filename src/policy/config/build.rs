@@ -1,0 +1,327 @@
+//! Working limiters from a [`Policy`]: in memory a [`Tiered`] of
+//! `KeyedRateLimiter<String, AnyAlgorithm>`, and with feature `redis` the
+//! Redis, synced and leased limiters, one per tier; [`PolicyLimiter`]
+//! checks any of them by key, applies shadow mode and counts decisions
+//! (feature `metrics`).
+
+use super::{ConfigError, KeyKind, Policy};
+use crate::algorithm::AnyAlgorithm;
+use crate::clock::{Clock, QuantaClock};
+use crate::policy::{TierId, Tiered};
+use crate::{CheckError, Decision, KeyedRateLimiter, Quota};
+
+/// A resolver from key to tier that an application supplies at run time
+/// (a user signed in, a customer's plan); policy files only set overrides.
+pub type DynResolver = Box<dyn Fn(&str) -> TierId + Send + Sync>;
+
+/// The in-memory form of a policy: one keyed limiter per tier.
+pub type MemoryTiers<C = QuantaClock> =
+    Tiered<KeyedRateLimiter<String, AnyAlgorithm, C>, DynResolver, String>;
+
+impl Policy {
+    /// The policy's tiers in memory on `clock`, whatever its backend, with
+    /// its overrides set and `resolver` for the other keys
+    /// (`Box::new(|_: &str| TierId::DEFAULT)`: all in the default tier).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field when a quota does not fit the
+    /// algorithm (which [`PolicyFile`](super::PolicyFile) has already
+    /// checked for a loaded file).
+    pub fn memory_tiers<C: Clock + Clone>(
+        &self,
+        clock: C,
+        resolver: DynResolver,
+    ) -> Result<MemoryTiers<C>, ConfigError> {
+        let max_keys = match self.backend {
+            super::Backend::Memory { max_keys } => max_keys,
+            _ => None,
+        };
+        let tiers = self
+            .tiers
+            .iter()
+            .map(|(name, quota)| {
+                let algorithm = self.algorithm_for(name, quota)?;
+                let builder = KeyedRateLimiter::builder(*quota).clock(clock.clone());
+                let builder = match max_keys {
+                    Some(n) => builder.max_keys(n),
+                    None => builder,
+                };
+                let limiter = builder
+                    .build_with(algorithm)
+                    .map_err(|e| self.field_error(name, e.to_string()))?;
+                Ok((name.clone(), limiter))
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        self.with_overrides(tiers, resolver)
+    }
+
+    fn algorithm_for(&self, tier: &str, quota: &Quota) -> Result<AnyAlgorithm, ConfigError> {
+        AnyAlgorithm::new(self.algorithm, quota).map_err(|e| self.field_error(tier, e.to_string()))
+    }
+
+    /// An error in tier `tier`'s quota field.
+    pub(crate) fn field_error(&self, tier: &str, message: String) -> ConfigError {
+        let field = if tier == "default" {
+            "quota".to_owned()
+        } else {
+            format!("tiers.{tier}")
+        };
+        ConfigError::field(&self.name, &field, message)
+    }
+
+    /// Tiers with the policy's overrides set.
+    pub(crate) fn with_overrides<L>(
+        &self,
+        tiers: Vec<(String, L)>,
+        resolver: DynResolver,
+    ) -> Result<Tiered<L, DynResolver, String>, ConfigError> {
+        let tiered = Tiered::new(tiers, resolver)
+            .map_err(|e| ConfigError::field(&self.name, "tiers", e.to_string()))?;
+        for (key, index) in &self.overrides {
+            tiered
+                .set_tier(key.clone(), TierId::new(*index))
+                .map_err(|e| {
+                    ConfigError::field(&self.name, &format!("overrides.{key}"), e.to_string())
+                })?;
+        }
+        Ok(tiered)
+    }
+}
+
+/// A decision by a [`PolicyLimiter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyDecision {
+    decision: Decision,
+    tier: TierId,
+    shadow: bool,
+}
+
+impl PolicyDecision {
+    /// The limiter's decision (in shadow mode, what it would have enforced).
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Whether to serve the request: the decision, or always in shadow mode.
+    pub fn admit(&self) -> bool {
+        self.shadow || self.decision.is_allowed()
+    }
+
+    /// Whether shadow mode admitted a request the limit denied.
+    pub fn shadow_denied(&self) -> bool {
+        self.shadow && !self.decision.is_allowed()
+    }
+
+    /// The tier the key was checked in.
+    pub fn tier(&self) -> TierId {
+        self.tier
+    }
+}
+
+/// The limiters of one backend, one per tier.
+#[non_exhaustive]
+pub enum Backends {
+    /// In memory.
+    Memory(MemoryTiers),
+    /// One Redis call per decision.
+    #[cfg(feature = "redis")]
+    Redis(Tiered<super::redis::AnyRedisLimiter, DynResolver, String>),
+    /// Local decisions synced to Redis.
+    #[cfg(feature = "redis")]
+    Synced(Tiered<super::redis::AnySyncedLimiter, DynResolver, String>),
+    /// Local decisions on leased slices.
+    #[cfg(feature = "redis")]
+    Leased(Tiered<crate::redis::LeasedLimiter, DynResolver, String>),
+}
+
+/// A policy made into working limiters: its name, key kind and tiers on
+/// its backend, with shadow mode; what the HTTP layer needs to apply it.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::policy::TierId;
+/// use rategate::policy::config::{PolicyFile, PolicyLimiter};
+///
+/// let file = PolicyFile::from_toml(r#"
+///     [policies.search]
+///     algorithm = "fixed_window"
+///     quota = "2/m"
+///     key = "ip"
+///     shadow = true
+/// "#)?;
+/// let rt = tokio::runtime::Builder::new_current_thread().build()?;
+/// let limiter = rt.block_on(PolicyLimiter::build(
+///     file.policy("search").unwrap(),
+///     Box::new(|_: &str| TierId::DEFAULT),
+/// ))?;
+/// for _ in 0..2 {
+///     assert!(limiter.try_check_n("10.0.0.1", 1).unwrap()?.decision().is_allowed());
+/// }
+/// let third = limiter.try_check_n("10.0.0.1", 1).unwrap()?;
+/// assert!(!third.decision().is_allowed());
+/// assert!(third.admit() && third.shadow_denied()); // shadow mode
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PolicyLimiter {
+    name: String,
+    key: KeyKind,
+    shadow: bool,
+    tiers: Vec<(String, Quota)>,
+    backends: Backends,
+}
+
+impl std::fmt::Debug for PolicyLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyLimiter")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("shadow", &self.shadow)
+            .field("tiers", &self.tiers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyLimiter {
+    /// Builds `policy`'s limiters on its backend (connecting to Redis for
+    /// the Redis backends), with `resolver` for keys without an override.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the policy and field: a Redis backend
+    /// without feature `redis` (`backend`), or a connection that failed
+    /// (`backend.url`).
+    pub async fn build(
+        policy: &Policy,
+        resolver: DynResolver,
+    ) -> Result<PolicyLimiter, ConfigError> {
+        let backends = match &policy.backend {
+            super::Backend::Memory { .. } => {
+                Backends::Memory(policy.memory_tiers(QuantaClock::new(), resolver)?)
+            }
+            #[cfg(feature = "redis")]
+            backend => super::redis::build(policy, backend, resolver).await?,
+            #[cfg(not(feature = "redis"))]
+            _ => {
+                return Err(ConfigError::field(
+                    &policy.name,
+                    "backend",
+                    "this backend needs rategate's feature \"redis\"",
+                ));
+            }
+        };
+        Ok(PolicyLimiter {
+            name: policy.name.clone(),
+            key: policy.key.clone(),
+            shadow: policy.shadow,
+            tiers: policy.tiers.clone(),
+            backends,
+        })
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the policy keys on.
+    pub fn key_kind(&self) -> &KeyKind {
+        &self.key
+    }
+
+    /// Whether the policy is in shadow mode.
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The tiers' names and quotas, the default tier first.
+    pub fn tiers(&self) -> &[(String, Quota)] {
+        &self.tiers
+    }
+
+    /// The limiters.
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
+    /// The keys held in this process over all tiers (0 for the Redis
+    /// backend, whose state is in Redis); with feature `metrics` also sets
+    /// the `rategate_live_keys` gauge. Call it from a periodic task.
+    pub fn record_live_keys(&self) -> usize {
+        #[cfg(feature = "redis")]
+        fn sum<L>(tiers: &Tiered<L, DynResolver, String>, len: impl Fn(&L) -> usize) -> usize {
+            tiers.tiers().iter().map(|t| len(t.limiter())).sum()
+        }
+        let keys = match &self.backends {
+            Backends::Memory(t) => t.len(),
+            #[cfg(feature = "redis")]
+            Backends::Synced(t) => sum(t, super::AnySyncedLimiter::len),
+            #[cfg(feature = "redis")]
+            Backends::Leased(t) => sum(t, crate::redis::LeasedLimiter::len),
+            #[cfg(feature = "redis")]
+            Backends::Redis(_) => 0,
+        };
+        crate::metrics::live_keys(&self.name, keys);
+        keys
+    }
+
+    /// Decides a request of `cost` for `key` in its tier, without waiting:
+    /// `None` for the Redis backend, whose checks are async.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
+    pub fn try_check_n(&self, key: &str, cost: u32) -> Option<Result<PolicyDecision, CheckError>> {
+        let (tier, result) = match &self.backends {
+            Backends::Memory(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
+            #[cfg(feature = "redis")]
+            Backends::Synced(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
+            #[cfg(feature = "redis")]
+            Backends::Leased(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
+            #[cfg(feature = "redis")]
+            Backends::Redis(_) => return None,
+        };
+        Some(result.map(|d| self.decided(key, d, tier)))
+    }
+
+    /// Decides a request of `cost` for `key` in its tier, on any backend.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
+    pub async fn check_n(&self, key: &str, cost: u32) -> Result<PolicyDecision, CheckError> {
+        #[cfg(feature = "redis")]
+        if let Backends::Redis(t) = &self.backends {
+            let tier = t.tier_of(key);
+            let d = t.tier(tier).limiter().check_n(key, cost).await?;
+            return Ok(self.decided(key, d, tier));
+        }
+        match self.try_check_n(key, cost) {
+            Some(result) => result,
+            None => unreachable_backend(),
+        }
+    }
+
+    /// Applies shadow mode and records the decision.
+    fn decided(&self, key: &str, decision: Decision, tier: TierId) -> PolicyDecision {
+        let decided = PolicyDecision {
+            decision,
+            tier,
+            shadow: self.shadow,
+        };
+        crate::metrics::policy_decision(&self.name, key, decision.is_allowed(), self.shadow);
+        decided
+    }
+}
+
+/// Only the Redis backend has no synchronous check, and `check_n` handles
+/// it first: a permanent denial rather than a panic.
+#[cold]
+fn unreachable_backend() -> Result<PolicyDecision, CheckError> {
+    Ok(PolicyDecision {
+        decision: Decision::deny(0, 0, 0, u64::MAX),
+        tier: TierId::DEFAULT,
+        shadow: false,
+    })
+}

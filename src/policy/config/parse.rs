@@ -1,0 +1,381 @@
+//! Reading a policy file: TOML into [`Policy`] values, field by field, so
+//! that every error names its policy and field.
+
+use super::{Backend, ConfigError, KeyKind, Policy, StoreDownConfig};
+use crate::{AlgorithmKind, Quota};
+use std::time::Duration;
+use toml::{Table, Value};
+
+/// The policies of a policy file, in name order. See the
+/// [module docs](super) for the format.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::policy::config::PolicyFile;
+///
+/// let file = PolicyFile::from_toml(r#"
+///     [policies.api]
+///     quota = "60/h"
+///     key = "ip"
+///     [policies.api.tiers]
+///     signed_in = "5000/h"
+/// "#)?;
+/// let api = file.policy("api").unwrap();
+/// assert_eq!(api.quota().limit(), 60);
+/// assert_eq!(api.tiers[1].0, "signed_in");
+///
+/// let err = PolicyFile::from_toml("[policies.api]\nquota = \"60/fortnight\"").unwrap_err();
+/// assert_eq!((err.policy(), err.field_name()), (Some("api"), Some("quota")));
+/// # Ok::<(), rategate::policy::config::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyFile {
+    policies: Vec<Policy>,
+}
+
+impl PolicyFile {
+    /// Reads a policy file's text.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the policy and field of the first problem:
+    /// TOML syntax, a missing or unknown field, a value of the wrong type,
+    /// a quota or algorithm that does not parse or does not fit together,
+    /// an override naming no tier.
+    pub fn from_toml(text: &str) -> Result<PolicyFile, ConfigError> {
+        let root: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::file(e.to_string()))?;
+        for key in root.keys() {
+            if key != "policies" {
+                return Err(ConfigError::file(format!(
+                    "unknown top-level field {key:?} (expected \"policies\")"
+                )));
+            }
+        }
+        let Some(policies) = root.get("policies") else {
+            return Err(ConfigError::file("no [policies] table"));
+        };
+        let Value::Table(policies) = policies else {
+            return Err(ConfigError::file("\"policies\" must be a table"));
+        };
+        let policies = policies
+            .iter()
+            .map(|(name, value)| match value {
+                Value::Table(table) => policy(name, table),
+                _ => Err(ConfigError::field(name, "", "a policy must be a table")),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(PolicyFile { policies })
+    }
+
+    /// The policies, in name order.
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    /// The policy named `name`.
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+}
+
+const POLICY_FIELDS: [&str; 7] = [
+    "algorithm",
+    "quota",
+    "key",
+    "tiers",
+    "overrides",
+    "backend",
+    "shadow",
+];
+
+/// One policy's fields, read and checked.
+fn policy(name: &str, table: &Table) -> Result<Policy, ConfigError> {
+    let err = |field: &str, message: String| ConfigError::field(name, field, message);
+    if let Some(unknown) = table.keys().find(|k| !POLICY_FIELDS.contains(&k.as_str())) {
+        let expected = POLICY_FIELDS.join(", ");
+        return Err(err(
+            unknown,
+            format!("unknown field (expected one of: {expected})"),
+        ));
+    }
+    let algorithm = match str_field(name, table, "algorithm")? {
+        None => AlgorithmKind::default(),
+        Some(text) => text.parse().map_err(|e| err("algorithm", format!("{e}")))?,
+    };
+    let Some(quota) = str_field(name, table, "quota")? else {
+        return Err(err(
+            "quota",
+            "missing (a quota such as \"100/m burst=20\")".into(),
+        ));
+    };
+    let mut tiers = vec![(
+        "default".to_owned(),
+        parse_quota(name, "quota", quota, algorithm)?,
+    )];
+    if let Some(value) = table.get("tiers") {
+        for (tier, quota) in sub_table(name, "tiers", value)? {
+            let field = format!("tiers.{tier}");
+            let Value::String(quota) = quota else {
+                return Err(err(&field, "a tier's value must be a quota string".into()));
+            };
+            if tier == "default" {
+                return Err(err(&field, "\"default\" is the policy's own quota".into()));
+            }
+            tiers.push((tier.clone(), parse_quota(name, &field, quota, algorithm)?));
+        }
+    }
+    let mut overrides = Vec::new();
+    if let Some(value) = table.get("overrides") {
+        for (key, tier) in sub_table(name, "overrides", value)? {
+            let field = format!("overrides.{key}");
+            let index = match tier {
+                Value::String(tier) => tiers.iter().position(|(n, _)| n == tier),
+                _ => None,
+            };
+            let Some(index) = index else {
+                let names: Vec<_> = tiers.iter().map(|(n, _)| n.as_str()).collect();
+                let names = names.join(", ");
+                return Err(err(&field, format!("must name a tier (one of: {names})")));
+            };
+            overrides.push((key.clone(), index));
+        }
+    }
+    let key = match str_field(name, table, "key")? {
+        None => KeyKind::Global,
+        Some(text) => KeyKind::parse(text).map_err(|e| err("key", e.into()))?,
+    };
+    let shadow = match table.get("shadow") {
+        None => false,
+        Some(Value::Boolean(b)) => *b,
+        Some(_) => return Err(err("shadow", "must be true or false".into())),
+    };
+    let backend = backend(name, table.get("backend"), algorithm)?;
+    Ok(Policy {
+        name: name.to_owned(),
+        algorithm,
+        key,
+        tiers,
+        overrides,
+        backend,
+        shadow,
+    })
+}
+
+fn parse_quota(
+    policy: &str,
+    field: &str,
+    text: &str,
+    algorithm: AlgorithmKind,
+) -> Result<Quota, ConfigError> {
+    let quota: Quota = text
+        .parse()
+        .map_err(|e| ConfigError::field(policy, field, format!("{e}")))?;
+    // The algorithm must accept it, or building would fail later.
+    crate::AnyAlgorithm::new(algorithm, &quota)
+        .map_err(|e| ConfigError::field(policy, field, format!("{algorithm}: {e}")))?;
+    Ok(quota)
+}
+
+fn str_field<'a>(
+    policy: &str,
+    table: &'a Table,
+    field: &str,
+) -> Result<Option<&'a str>, ConfigError> {
+    match table.get(field) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ConfigError::field(policy, field, "must be a string")),
+    }
+}
+
+fn sub_table<'a>(policy: &str, field: &str, value: &'a Value) -> Result<&'a Table, ConfigError> {
+    match value {
+        Value::Table(t) => Ok(t),
+        _ => Err(ConfigError::field(policy, field, "must be a table")),
+    }
+}
+
+/// The `backend` field: a kind's name or a table with `kind`.
+fn backend(
+    policy: &str,
+    value: Option<&Value>,
+    algorithm: AlgorithmKind,
+) -> Result<Backend, ConfigError> {
+    let empty = Table::new();
+    let (kind, table) = match value {
+        None => ("memory", &empty),
+        Some(Value::String(kind)) => (kind.as_str(), &empty),
+        Some(Value::Table(table)) => match table.get("kind") {
+            Some(Value::String(kind)) => (kind.as_str(), table),
+            _ => {
+                return Err(ConfigError::field(
+                    policy,
+                    "backend.kind",
+                    "missing or not a string (memory, redis, synced or leased)",
+                ));
+            }
+        },
+        Some(_) => {
+            return Err(ConfigError::field(
+                policy,
+                "backend",
+                "must be a string or a table",
+            ));
+        }
+    };
+    let fields = Fields { policy, table };
+    let allowed: &[&str] = match kind {
+        "memory" => &["kind", "max_keys"],
+        "redis" => &["kind", "url", "prefix", "timeout_ms", "store_down", "share"],
+        "synced" => &[
+            "kind",
+            "url",
+            "prefix",
+            "interval_ms",
+            "timeout_ms",
+            "share",
+        ],
+        "leased" => &["kind", "url", "prefix", "interval_ms", "timeout_ms"],
+        _ => {
+            let field = if value.is_some_and(Value::is_table) {
+                "backend.kind"
+            } else {
+                "backend"
+            };
+            return Err(ConfigError::field(
+                policy,
+                field,
+                format!("unknown backend {kind:?} (expected memory, redis, synced or leased)"),
+            ));
+        }
+    };
+    if let Some(unknown) = table.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let expected = allowed.join(", ");
+        return Err(fields.error(
+            unknown,
+            format!("not a field of a {kind} backend ({expected})"),
+        ));
+    }
+    let prefix = || -> Result<String, ConfigError> {
+        Ok(fields
+            .string("prefix")?
+            .unwrap_or_else(|| policy.to_owned()))
+    };
+    let url = || {
+        fields
+            .string("url")?
+            .ok_or_else(|| fields.error("url", "missing".into()))
+    };
+    Ok(match kind {
+        "memory" => Backend::Memory {
+            max_keys: fields.integer("max_keys")?.map(|n| n as usize),
+        },
+        "redis" => {
+            let share = fields.share()?;
+            let store_down = match (fields.string("store_down")?.as_deref(), share) {
+                (None | Some("open"), None) => StoreDownConfig::Open,
+                (Some("closed"), None) => StoreDownConfig::Closed,
+                (Some("insurance"), Some(share)) => StoreDownConfig::Insurance(share),
+                (Some("insurance"), None) => {
+                    return Err(
+                        fields.error("share", "insurance needs a share (0 < share <= 1)".into())
+                    );
+                }
+                (None | Some("open" | "closed"), Some(_)) => {
+                    return Err(fields.error(
+                        "share",
+                        "only store_down = \"insurance\" takes a share".into(),
+                    ));
+                }
+                (Some(other), _) => {
+                    return Err(fields.error(
+                        "store_down",
+                        format!("unknown policy {other:?} (expected open, closed or insurance)"),
+                    ));
+                }
+            };
+            Backend::Redis {
+                url: url()?,
+                prefix: prefix()?,
+                timeout: fields.millis("timeout_ms")?,
+                store_down,
+            }
+        }
+        "synced" => {
+            if !matches!(
+                algorithm,
+                AlgorithmKind::TokenBucket
+                    | AlgorithmKind::FixedWindow
+                    | AlgorithmKind::SlidingWindowCounter
+            ) {
+                return Err(ConfigError::field(
+                    policy,
+                    "algorithm",
+                    format!(
+                        "{algorithm} cannot be synced (token_bucket, fixed_window or sliding_window_counter)"
+                    ),
+                ));
+            }
+            Backend::Synced {
+                url: url()?,
+                prefix: prefix()?,
+                interval: fields.millis("interval_ms")?,
+                timeout: fields.millis("timeout_ms")?,
+                outage_share: fields.share()?,
+            }
+        }
+        _ => Backend::Leased {
+            url: url()?,
+            prefix: prefix()?,
+            interval: fields.millis("interval_ms")?,
+            timeout: fields.millis("timeout_ms")?,
+        },
+    })
+}
+
+/// A backend table's fields, read with errors named `backend.FIELD`.
+struct Fields<'a> {
+    policy: &'a str,
+    table: &'a Table,
+}
+
+impl Fields<'_> {
+    fn error(&self, field: &str, message: String) -> ConfigError {
+        ConfigError::field(self.policy, &format!("backend.{field}"), message)
+    }
+
+    fn string(&self, field: &str) -> Result<Option<String>, ConfigError> {
+        match self.table.get(field) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.error(field, "must be a string".into())),
+        }
+    }
+
+    fn integer(&self, field: &str) -> Result<Option<u64>, ConfigError> {
+        match self.table.get(field) {
+            None => Ok(None),
+            Some(Value::Integer(n)) if *n >= 0 => Ok(Some(*n as u64)),
+            Some(_) => Err(self.error(field, "must be a whole number, at least 0".into())),
+        }
+    }
+
+    fn millis(&self, field: &str) -> Result<Option<Duration>, ConfigError> {
+        match self.integer(field)? {
+            Some(0) => Err(self.error(field, "must be at least 1 ms".into())),
+            ms => Ok(ms.map(Duration::from_millis)),
+        }
+    }
+
+    fn share(&self) -> Result<Option<f64>, ConfigError> {
+        match self.table.get("share") {
+            None => Ok(None),
+            Some(Value::Float(f)) if *f > 0.0 && *f <= 1.0 => Ok(Some(*f)),
+            Some(Value::Integer(1)) => Ok(Some(1.0)),
+            Some(_) => Err(self.error("share", "must be a number, 0 < share <= 1".into())),
+        }
+    }
+}

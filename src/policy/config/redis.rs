@@ -1,0 +1,264 @@
+//! The Redis backends of a policy (features `serde` and `redis`): the
+//! existing builders, one limiter per tier, the algorithm chosen by name.
+
+use super::build::{Backends, DynResolver};
+use super::{Backend, ConfigError, Policy, StoreDownConfig};
+use crate::redis::{
+    LeasedLimiter, RedisDecision, RedisError, RedisLimiter, StoreDown, SyncedLimiter,
+};
+use crate::{
+    AlgorithmKind, CheckError, Decision, FixedWindow, LeakyBucket, Quota, SlidingWindowCounter,
+    SlidingWindowLog, TokenBucket,
+};
+
+/// A [`RedisLimiter`] of the algorithm a policy names.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyRedisLimiter {
+    /// `token_bucket`.
+    TokenBucket(RedisLimiter<TokenBucket>),
+    /// `leaky_bucket`.
+    LeakyBucket(RedisLimiter<LeakyBucket>),
+    /// `fixed_window`.
+    FixedWindow(RedisLimiter<FixedWindow>),
+    /// `sliding_window_log`.
+    SlidingWindowLog(RedisLimiter<SlidingWindowLog>),
+    /// `sliding_window_counter`.
+    SlidingWindowCounter(RedisLimiter<SlidingWindowCounter>),
+}
+
+impl AnyRedisLimiter {
+    /// As [`RedisLimiter::check_n`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisLimiter::check_n`].
+    pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
+        let d: RedisDecision = match self {
+            AnyRedisLimiter::TokenBucket(l) => l.check_n(key, cost).await?,
+            AnyRedisLimiter::LeakyBucket(l) => l.check_n(key, cost).await?,
+            AnyRedisLimiter::FixedWindow(l) => l.check_n(key, cost).await?,
+            AnyRedisLimiter::SlidingWindowLog(l) => l.check_n(key, cost).await?,
+            AnyRedisLimiter::SlidingWindowCounter(l) => l.check_n(key, cost).await?,
+        };
+        Ok(d.decision())
+    }
+}
+
+/// A [`SyncedLimiter`] of the algorithm a policy names.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnySyncedLimiter {
+    /// `token_bucket`.
+    TokenBucket(SyncedLimiter<TokenBucket>),
+    /// `fixed_window`.
+    FixedWindow(SyncedLimiter<FixedWindow>),
+    /// `sliding_window_counter`.
+    SlidingWindowCounter(SyncedLimiter<SlidingWindowCounter>),
+}
+
+impl AnySyncedLimiter {
+    /// As [`SyncedLimiter::check_n`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SyncedLimiter::check_n`].
+    pub fn check_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
+        match self {
+            AnySyncedLimiter::TokenBucket(l) => l.check_n(key, cost),
+            AnySyncedLimiter::FixedWindow(l) => l.check_n(key, cost),
+            AnySyncedLimiter::SlidingWindowCounter(l) => l.check_n(key, cost),
+        }
+    }
+
+    /// As [`SyncedLimiter::len`].
+    pub fn len(&self) -> usize {
+        match self {
+            AnySyncedLimiter::TokenBucket(l) => l.len(),
+            AnySyncedLimiter::FixedWindow(l) => l.len(),
+            AnySyncedLimiter::SlidingWindowCounter(l) => l.len(),
+        }
+    }
+
+    /// As [`SyncedLimiter::is_empty`].
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Builds one limiter per tier with `make`, naming the tier's field in
+/// errors (`backend.url` for a connection that failed).
+async fn per_tier<L, F, Fut>(policy: &Policy, mut make: F) -> Result<Vec<(String, L)>, ConfigError>
+where
+    F: FnMut(Quota) -> Fut,
+    Fut: std::future::Future<Output = Result<L, RedisError>>,
+{
+    let mut tiers = Vec::with_capacity(policy.tiers.len());
+    for (name, quota) in &policy.tiers {
+        let limiter = make(*quota).await.map_err(|e| match e {
+            RedisError::Quota(q) => policy.field_error(name, q.to_string()),
+            RedisError::Config(what) => ConfigError::field(&policy.name, "backend", what),
+            other => ConfigError::field(&policy.name, "backend.url", other.to_string()),
+        })?;
+        tiers.push((name.clone(), limiter));
+    }
+    Ok(tiers)
+}
+
+macro_rules! redis_limiter {
+    ($variant:ident, $alg:ty, $url:expr, $prefix:expr, $timeout:expr, $down:expr) => {
+        |quota| async move {
+            let builder = RedisLimiter::<$alg>::builder(quota)
+                .url($url)
+                .prefix($prefix)
+                .store_down($down);
+            let builder = match $timeout {
+                Some(t) => builder.timeout(t),
+                None => builder,
+            };
+            builder.build().await.map(AnyRedisLimiter::$variant)
+        }
+    };
+}
+
+macro_rules! synced_limiter {
+    ($variant:ident, $alg:ty, $url:expr, $prefix:expr, $interval:expr, $timeout:expr, $share:expr) => {
+        |quota| async move {
+            let mut builder = SyncedLimiter::<$alg>::builder(quota)
+                .url($url)
+                .prefix($prefix);
+            if let Some(i) = $interval {
+                builder = builder.interval(i);
+            }
+            if let Some(t) = $timeout {
+                builder = builder.timeout(t);
+            }
+            if let Some(s) = $share {
+                builder = builder.outage_share(s);
+            }
+            builder.build().await.map(AnySyncedLimiter::$variant)
+        }
+    };
+}
+
+/// The Redis, synced or leased limiters of `policy`.
+pub(super) async fn build(
+    policy: &Policy,
+    backend: &Backend,
+    resolver: DynResolver,
+) -> Result<Backends, ConfigError> {
+    Ok(match backend {
+        Backend::Memory { .. } => {
+            Backends::Memory(policy.memory_tiers(crate::QuantaClock::new(), resolver)?)
+        }
+        Backend::Redis {
+            url,
+            prefix,
+            timeout,
+            store_down,
+        } => {
+            let down = match *store_down {
+                StoreDownConfig::Open => StoreDown::FailOpen,
+                StoreDownConfig::Closed => StoreDown::FailClosed,
+                StoreDownConfig::Insurance(share) => StoreDown::Insurance(share),
+            };
+            let (u, p, t) = (url.as_str(), prefix.as_str(), *timeout);
+            let tiers = match policy.algorithm {
+                AlgorithmKind::LeakyBucket => {
+                    per_tier(
+                        policy,
+                        redis_limiter!(LeakyBucket, LeakyBucket, u, p, t, down),
+                    )
+                    .await?
+                }
+                AlgorithmKind::FixedWindow => {
+                    per_tier(
+                        policy,
+                        redis_limiter!(FixedWindow, FixedWindow, u, p, t, down),
+                    )
+                    .await?
+                }
+                AlgorithmKind::SlidingWindowLog => {
+                    let make = redis_limiter!(SlidingWindowLog, SlidingWindowLog, u, p, t, down);
+                    per_tier(policy, make).await?
+                }
+                AlgorithmKind::SlidingWindowCounter => {
+                    let make =
+                        redis_limiter!(SlidingWindowCounter, SlidingWindowCounter, u, p, t, down);
+                    per_tier(policy, make).await?
+                }
+                _ => {
+                    per_tier(
+                        policy,
+                        redis_limiter!(TokenBucket, TokenBucket, u, p, t, down),
+                    )
+                    .await?
+                }
+            };
+            Backends::Redis(policy.with_overrides(tiers, resolver)?)
+        }
+        Backend::Synced {
+            url,
+            prefix,
+            interval,
+            timeout,
+            outage_share,
+        } => {
+            let (u, p, i, t, s) = (
+                url.as_str(),
+                prefix.as_str(),
+                *interval,
+                *timeout,
+                *outage_share,
+            );
+            let tiers = match policy.algorithm {
+                AlgorithmKind::FixedWindow => {
+                    per_tier(
+                        policy,
+                        synced_limiter!(FixedWindow, FixedWindow, u, p, i, t, s),
+                    )
+                    .await?
+                }
+                AlgorithmKind::SlidingWindowCounter => {
+                    let make =
+                        synced_limiter!(SlidingWindowCounter, SlidingWindowCounter, u, p, i, t, s);
+                    per_tier(policy, make).await?
+                }
+                AlgorithmKind::TokenBucket => {
+                    per_tier(
+                        policy,
+                        synced_limiter!(TokenBucket, TokenBucket, u, p, i, t, s),
+                    )
+                    .await?
+                }
+                other => {
+                    return Err(ConfigError::field(
+                        &policy.name,
+                        "algorithm",
+                        format!("{other} cannot be synced"),
+                    ));
+                }
+            };
+            Backends::Synced(policy.with_overrides(tiers, resolver)?)
+        }
+        Backend::Leased {
+            url,
+            prefix,
+            interval,
+            timeout,
+        } => {
+            let make = |quota| async move {
+                let mut builder = LeasedLimiter::builder(quota).url(url).prefix(prefix);
+                if let Some(i) = *interval {
+                    builder = builder.interval(i);
+                }
+                if let Some(t) = *timeout {
+                    builder = builder.timeout(t);
+                }
+                builder.build().await
+            };
+            let tiers = per_tier(policy, make).await?;
+            Backends::Leased(policy.with_overrides(tiers, resolver)?)
+        }
+    })
+}

@@ -1,0 +1,419 @@
+//! Policy files (feature `serde`): quotas and algorithm names as strings,
+//! a file that loads into working limiters on each backend (the Redis ones
+//! against a real `redis-server`, with feature `redis`), and bad files
+//! whose errors name the policy and the field.
+
+#[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use rategate::policy::TierId;
+use rategate::policy::config::{Backend, KeyKind, PolicyFile, PolicyLimiter, StoreDownConfig};
+use rategate::{AlgorithmKind, ManualClock, Quota};
+use std::time::Duration;
+
+const FILE: &str = r#"
+[policies.api]
+algorithm = "sliding_window_counter"
+quota = "60/h"
+key = "header:X-Api-Key"
+backend = { kind = "memory", max_keys = 1000 }
+
+[policies.api.tiers]
+signed_in = "5000/h"
+partner = "10000/h burst=500"
+
+[policies.api.overrides]
+"acme" = "partner"
+
+[policies.login]
+algorithm = "leaky-bucket"
+quota = "1r/s burst=2 nodelay"
+key = "ip"
+shadow = true
+"#;
+
+#[test]
+fn quotas_and_algorithms_serialise_as_the_strings_users_write() {
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Row {
+        quota: Quota,
+        algorithm: AlgorithmKind,
+    }
+    let row: Row = toml::from_str("quota = \"100/m burst=20\"\nalgorithm = \"gcra\"").unwrap();
+    assert_eq!(row.quota, "100/m burst=20".parse().unwrap());
+    assert_eq!(row.algorithm, AlgorithmKind::TokenBucket);
+    let text = toml::to_string(&row).unwrap();
+    assert_eq!(
+        text,
+        "quota = \"100/1m burst=20\"\nalgorithm = \"token_bucket\"\n"
+    );
+    assert_eq!(toml::from_str::<Row>(&text).unwrap(), row);
+    let bad = toml::from_str::<Row>("quota = \"100/m burst=0\"\nalgorithm = \"gcra\"").unwrap_err();
+    assert!(bad.to_string().contains("burst"), "{bad}");
+    let bad = toml::from_str::<Row>("quota = \"1/s\"\nalgorithm = \"bucket\"").unwrap_err();
+    assert!(bad.to_string().contains("\"bucket\""), "{bad}");
+}
+
+#[test]
+fn a_file_loads_with_every_field() {
+    let file = PolicyFile::from_toml(FILE).unwrap();
+    let names: Vec<_> = file.policies().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["api", "login"]);
+    let api = file.policy("api").unwrap();
+    assert_eq!(api.algorithm, AlgorithmKind::SlidingWindowCounter);
+    assert_eq!(api.key, KeyKind::Header("x-api-key".into()));
+    let tiers: Vec<_> = api
+        .tiers
+        .iter()
+        .map(|(n, q)| (n.as_str(), q.to_string()))
+        .collect();
+    assert_eq!(
+        tiers,
+        [
+            ("default", "60/1h".into()),
+            ("partner", "10000/1h burst=500".into()),
+            ("signed_in", "5000/1h".into())
+        ]
+    );
+    assert_eq!(api.overrides, [("acme".to_string(), 1)]);
+    assert_eq!(
+        api.backend,
+        Backend::Memory {
+            max_keys: Some(1000)
+        }
+    );
+    assert!(!api.shadow);
+    let login = file.policy("login").unwrap();
+    assert_eq!(
+        (login.algorithm, &login.key, login.shadow),
+        (AlgorithmKind::LeakyBucket, &KeyKind::Ip, true)
+    );
+    assert_eq!(login.backend, Backend::Memory { max_keys: None });
+}
+
+#[test]
+fn a_memory_policy_builds_working_tiers() {
+    let file = PolicyFile::from_toml(FILE).unwrap();
+    let api = file.policy("api").unwrap();
+    let clock = ManualClock::new();
+    let signed_in = api
+        .tiers
+        .iter()
+        .position(|(n, _)| n == "signed_in")
+        .unwrap();
+    let tiers = api
+        .memory_tiers(
+            clock.clone(),
+            Box::new(move |key: &str| {
+                if key.starts_with("user:") {
+                    TierId::new(signed_in)
+                } else {
+                    TierId::DEFAULT
+                }
+            }),
+        )
+        .unwrap();
+    let passed = |key: &str, n| (0..n).filter(|_| tiers.check(key).is_allowed()).count();
+    assert_eq!(passed("anon", 100), 60);
+    assert_eq!(passed("user:1", 6000), 5000);
+    // The override: acme is a partner (the sliding window counter's limit
+    // is the quota's 10,000; it has no separate burst).
+    assert_eq!(tiers.check("acme").limit(), 10_000);
+    // The sliding window counter: one window on, the previous hour's 60
+    // still weigh fully; two windows on, they are gone.
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(passed("anon", 100), 0);
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(passed("anon", 100), 60);
+}
+
+#[test]
+fn shadow_mode_admits_what_it_would_deny() {
+    let file = PolicyFile::from_toml(FILE).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let login = rt
+        .block_on(PolicyLimiter::build(
+            file.policy("login").unwrap(),
+            Box::new(|_: &str| TierId::DEFAULT),
+        ))
+        .unwrap();
+    assert_eq!(
+        (login.name(), login.key_kind(), login.shadow()),
+        ("login", &KeyKind::Ip, true)
+    );
+    let decisions: Vec<_> = (0..5)
+        .map(|_| rt.block_on(login.check_n("10.1.1.1", 1)).unwrap())
+        .collect();
+    // burst=2 nodelay: three pass at once, then the limit denies, shadow admits.
+    assert_eq!(
+        decisions
+            .iter()
+            .filter(|d| d.decision().is_allowed())
+            .count(),
+        3
+    );
+    assert!(decisions.iter().all(|d| d.admit()));
+    assert_eq!(decisions.iter().filter(|d| d.shadow_denied()).count(), 2);
+    assert_eq!(login.record_live_keys(), 1);
+}
+
+/// Each bad file and the (policy, field) its error must name.
+#[test]
+fn bad_files_name_the_policy_and_the_field() {
+    let cases: &[(&str, Option<&str>, Option<&str>, &str)] = &[
+        (
+            "[policies.a]\nquota = \"10/s\"\nquota2 = 1",
+            Some("a"),
+            Some("quota2"),
+            "unknown field",
+        ),
+        (
+            "[policies.a]\nkey = \"ip\"",
+            Some("a"),
+            Some("quota"),
+            "missing",
+        ),
+        (
+            "[policies.a]\nquota = \"10 per second\"",
+            Some("a"),
+            Some("quota"),
+            "invalid quota",
+        ),
+        (
+            "[policies.a]\nquota = 10",
+            Some("a"),
+            Some("quota"),
+            "must be a string",
+        ),
+        (
+            "[policies.a]\nquota = \"10/s\"\nalgorithm = \"sliding\"",
+            Some("a"),
+            Some("algorithm"),
+            "\"sliding\"",
+        ),
+        (
+            "[policies.a]\nquota = \"1/2h\"\nalgorithm = \"leaky_bucket\"",
+            Some("a"),
+            Some("quota"),
+            "leaky_bucket",
+        ),
+        (
+            "[policies.b]\nquota = \"10/s\"\n[policies.b.tiers]\ngold = \"x\"",
+            Some("b"),
+            Some("tiers.gold"),
+            "invalid quota",
+        ),
+        (
+            "[policies.b]\nquota = \"10/s\"\n[policies.b.overrides]\nk = \"gold\"",
+            Some("b"),
+            Some("overrides.k"),
+            "default",
+        ),
+        (
+            "[policies.c]\nquota = \"10/s\"\nshadow = \"yes\"",
+            Some("c"),
+            Some("shadow"),
+            "true or false",
+        ),
+        (
+            "[policies.c]\nquota = \"10/s\"\nkey = \"header:\"",
+            Some("c"),
+            Some("key"),
+            "header",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = \"mongodb\"",
+            Some("d"),
+            Some("backend"),
+            "mongodb",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\" }",
+            Some("d"),
+            Some("backend.url"),
+            "missing",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", store_down = \"maybe\" }",
+            Some("d"),
+            Some("backend.store_down"),
+            "maybe",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", store_down = \"insurance\" }",
+            Some("d"),
+            Some("backend.share"),
+            "share",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"synced\", url = \"redis://x\", share = 1.5 }",
+            Some("d"),
+            Some("backend.share"),
+            "0 < share",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nalgorithm = \"leaky_bucket\"\nbackend = { kind = \"synced\", url = \"redis://x\" }",
+            Some("d"),
+            Some("algorithm"),
+            "cannot be synced",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", max_keys = -1 }",
+            Some("d"),
+            Some("backend.max_keys"),
+            "whole number",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"leased\", url = \"redis://x\", interval_ms = 0 }",
+            Some("d"),
+            Some("backend.interval_ms"),
+            "at least 1 ms",
+        ),
+        ("[policies]\ne = 3", Some("e"), Some(""), "table"),
+        (
+            "[limits.a]\nquota = \"10/s\"",
+            None,
+            None,
+            "unknown top-level field",
+        ),
+        ("[policies.a\nquota = \"10/s\"", None, None, ""),
+    ];
+    for &(text, policy, field, message) in cases {
+        let err = PolicyFile::from_toml(text).expect_err(text);
+        assert_eq!(
+            (err.policy(), err.field_name()),
+            (policy, field),
+            "{text}\n{err}"
+        );
+        assert!(err.to_string().contains(message), "{text}\n{err}");
+        if let Some(policy) = policy {
+            assert!(
+                err.to_string().contains(&format!("policy {policy:?}")),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    use crate::redis_server::RedisServer;
+    use rategate::policy::config::Backends;
+
+    fn file(url: &str) -> String {
+        format!(
+            r#"
+            [policies.central]
+            algorithm = "fixed_window"
+            quota = "3/h"
+            backend = {{ kind = "redis", url = "{url}", store_down = "closed", timeout_ms = 200 }}
+            [policies.central.tiers]
+            signed_in = "10/h"
+            [policies.central.overrides]
+            vip = "signed_in"
+
+            [policies.synced]
+            quota = "4/h"
+            backend = {{ kind = "synced", url = "{url}", interval_ms = 50 }}
+
+            [policies.leased]
+            quota = "100/h"
+            backend = {{ kind = "leased", url = "{url}", prefix = "lease-test" }}
+            "#
+        )
+    }
+
+    #[test]
+    fn redis_synced_and_leased_policies_build_and_decide() {
+        let server = RedisServer::start();
+        let file = PolicyFile::from_toml(&file(&server.url())).unwrap();
+        let central = file.policy("central").unwrap();
+        assert_eq!(
+            central.backend,
+            Backend::Redis {
+                url: server.url(),
+                prefix: "central".into(),
+                timeout: Some(Duration::from_millis(200)),
+                store_down: StoreDownConfig::Closed,
+            }
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let build = |name: &str| {
+                PolicyLimiter::build(
+                    file.policy(name).unwrap(),
+                    Box::new(|_: &str| TierId::DEFAULT),
+                )
+            };
+            let central = build("central").await.unwrap();
+            assert!(matches!(central.backends(), Backends::Redis(_)));
+            assert!(central.try_check_n("k", 1).is_none());
+            let mut allowed = 0;
+            for _ in 0..5 {
+                allowed += usize::from(
+                    central
+                        .check_n("k", 1)
+                        .await
+                        .unwrap()
+                        .decision()
+                        .is_allowed(),
+                );
+            }
+            assert_eq!(allowed, 3);
+            let vip = central.check_n("vip", 1).await.unwrap();
+            assert_eq!((vip.tier(), vip.decision().limit()), (TierId::new(1), 10));
+
+            let synced = build("synced").await.unwrap();
+            assert!(matches!(synced.backends(), Backends::Synced(_)));
+            let allowed = (0..6)
+                .filter(|_| {
+                    synced
+                        .try_check_n("s", 1)
+                        .unwrap()
+                        .unwrap()
+                        .decision()
+                        .is_allowed()
+                })
+                .count();
+            assert_eq!(allowed, 4);
+            assert_eq!(synced.record_live_keys(), 1);
+
+            let leased = build("leased").await.unwrap();
+            assert!(matches!(leased.backends(), Backends::Leased(_)));
+            let d = leased.check_n("l", 1).await.unwrap();
+            assert_eq!(d.decision().limit(), 100);
+        });
+    }
+
+    #[test]
+    fn an_unreachable_redis_is_named_as_the_url_field() {
+        let port = redis_server::free_port();
+        let text = format!(
+            "[policies.x]\nquota = \"3/h\"\nbackend = {{ kind = \"redis\", url = \"redis://127.0.0.1:{port}/\", timeout_ms = 100 }}"
+        );
+        let file = PolicyFile::from_toml(&text).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt
+            .block_on(PolicyLimiter::build(
+                file.policy("x").unwrap(),
+                Box::new(|_: &str| TierId::DEFAULT),
+            ))
+            .unwrap_err();
+        assert_eq!(
+            (err.policy(), err.field_name()),
+            (Some("x"), Some("backend.url")),
+            "{err}"
+        );
+    }
+}
