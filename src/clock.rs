@@ -3,9 +3,9 @@
 //! A limiter reads time as `u64` nanoseconds since its clock's origin, through
 //! the [`Clock`] trait. Three clocks ship with the crate:
 //!
-//! * [`QuantaClock`], the default: a TSC-backed [`quanta`] clock on which no
-//!   thread ever sees time go backwards (the raw counter where the OS
-//!   vouches for its synchronization across cores, else clamped per thread);
+//! * [`QuantaClock`], the default: a TSC-backed [`quanta`] clock (the raw
+//!   counter where the OS vouches for its synchronization across cores,
+//!   else clamped per thread so that no thread sees time go backwards);
 //! * [`StdClock`]: [`std::time::Instant`], for platforms where the TSC is not
 //!   trusted;
 //! * [`UnixClock`]: the wall clock, nanoseconds since the Unix epoch, so
@@ -70,8 +70,8 @@ impl Monotonic {
     }
 }
 
-/// The default clock: [`quanta`]'s TSC-backed clock, monotonic on every
-/// thread.
+/// The default clock: [`quanta`]'s TSC-backed clock, which does not go back
+/// on a thread as far as the operating system can tell.
 ///
 /// Reading the TSC costs a few nanoseconds, far less than a system call. On
 /// a machine whose TSCs are not synchronized, a reading on one core can be
@@ -79,15 +79,22 @@ impl Monotonic {
 /// that migrates between cores could see time step back (governor's issue
 /// 299). What each constructor guarantees:
 ///
-/// * [`QuantaClock::new`] (the default): no thread ever sees time go back.
-///   Where the operating system vouches for the counter (on Linux, the
-///   kernel's own clocksource is `tsc`, which the kernel keeps only after
-///   checking that every CPU's TSC is synchronized, and which its
-///   `CLOCK_MONOTONIC` then relies on), readings are the raw counter,
-///   monotonic across cores, and cost nothing more. Elsewhere it keeps a
-///   per-thread high-water mark of the counter (a thread-local read and
-///   write per reading, no shared write). The check is made once per
-///   process, when the first clock is built.
+/// * [`QuantaClock::new`] (the default): time does not go back on a
+///   thread, as far as the operating system can tell. Where it vouches for
+///   the counter (on Linux, the kernel's own clocksource is `tsc`, which the
+///   kernel keeps only while it trusts every CPU's TSC to be synchronized,
+///   and which its `CLOCK_MONOTONIC` then relies on), readings are the raw
+///   counter and cost nothing more. Elsewhere it keeps a per-thread
+///   high-water mark of the counter (a thread-local read and write per
+///   reading, no shared write). The check is made once per process, when
+///   the first clock is built. What the raw mode does not rule out: the
+///   kernel reads the TSC with a fence and clamps its own clock, quanta
+///   does neither, and the kernel may stop trusting the TSC after this
+///   process looked; a reading can then be slightly earlier than the
+///   thread's previous one. Every algorithm counts that as no time elapsed
+///   (never granting extra); where readings must never step back on a
+///   thread, use [`QuantaClock::per_thread`] (1.5-3 ns per reading on the
+///   development machine).
 /// * [`QuantaClock::per_thread`]: always the per-thread mark.
 /// * [`QuantaClock::strict`]: a high-water mark shared by all threads, so
 ///   readings are totally ordered across threads; it costs an atomic
@@ -157,8 +164,9 @@ std::thread_local! {
 }
 
 impl QuantaClock {
-    /// A new clock whose origin is now, monotonic on every thread: the raw
-    /// counter where the OS vouches for it, else clamped per thread.
+    /// A new clock whose origin is now: the raw counter where the OS vouches
+    /// for it, else clamped per thread (see the type's docs for what each
+    /// guarantees).
     pub fn new() -> Self {
         let clamp = if counter_is_synchronized() {
             Clamp::None

@@ -46,7 +46,8 @@ pub(super) fn same_period(period: u64, quota: &Quota) -> Result<(), QuotaError> 
 /// *how long until the bucket is full again*, not a count of tokens. Under
 /// the new quota the key holds `(tau' - (TAT - now)) / T'` tokens (`tau'` the
 /// new burst tolerance, `T'` the new interval). With the default burst
-/// (`tau` = the period) the bucket stays as full *in proportion*: 90 of 100
+/// (`tau` = the period, or a little more when the interval is rounded up to
+/// a whole nanosecond) the bucket stays as full *in proportion*: 90 of 100
 /// used, moved to 50 per period, leaves 5 (90% used); a smaller burst than
 /// the debt denies until the debt has drained below it; a raised quota gives
 /// its larger burst and faster refill at once.
@@ -99,13 +100,21 @@ impl Adjust for SlidingWindowLog {
 /// state packing, so any later limit fits. A check racing the change
 /// decides under either quota, whole.
 ///
+/// The widest packing leaves fewer bits for the window index than a fixed
+/// limit would: 32 for the fixed window, 24 for the sliding window counter.
+/// A key left untouched for more than 2^31 (fixed window) or 2^23 (counter)
+/// windows may have its old count read as a later window's and be denied
+/// until that window ends (never admitted beyond its limit). Keyed limiters
+/// that sweep drop such idle keys long before; a direct limiter idle that
+/// long (2^23 one-second windows is 97 days) should be rebuilt.
+///
 /// # Memory
 ///
-/// Each change keeps the parameters it replaced (the size of `A` plus a
-/// [`Quota`], a few dozen bytes) until the limiter is dropped, so that a
-/// check still reading them never reads freed memory. Changing a quota a
-/// million times costs tens of megabytes: change quotas when they change,
-/// not per request.
+/// Each change keeps the parameters it replaced (the size of `A`, a
+/// [`Quota`] and an `Arc`'s counts: about 100 bytes with the allocator's
+/// overhead) until the limiter is dropped, so that a check still reading
+/// them never reads freed memory. Changing a quota a million times costs
+/// about 100 MB: change quotas when they change, not per request.
 ///
 /// # Examples
 ///
@@ -147,9 +156,10 @@ impl<A: Adjust> Adjustable<A> {
         // Acquire: pairs with the Release store in `set_quota`, so the
         // version's fields, written before it was published, are seen.
         let current = self.current.load(Ordering::Acquire);
-        // SAFETY: `current` always points into an allocation owned by `versions`,
-        // set before publication; boxes are never removed or moved out
-        // before `self` is dropped, and `&self` outlives the borrow.
+        // SAFETY: `current` always points into an `Arc` owned by `versions`,
+        // set before publication; those `Arc`s are never removed before
+        // `self` is dropped (their contents never move), and `&self`
+        // outlives the borrow.
         unsafe { &*current }
     }
 
