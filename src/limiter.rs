@@ -48,13 +48,7 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
     ///
     /// A [`QuotaError`] when the algorithm cannot represent `quota`.
     pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
-        let algorithm = A::from_quota(&quota)?;
-        Ok(RateLimiter {
-            state: algorithm.new_state(),
-            algorithm,
-            clock,
-            quota,
-        })
+        Ok(Self::from_algorithm(A::from_quota(&quota)?, quota, clock))
     }
 
     /// A limiter with `algorithm`, already built for `quota` (an

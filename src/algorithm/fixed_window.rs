@@ -316,10 +316,10 @@ impl WindowTag {
         self.per_period.divide(now)
     }
 
-    /// `n / period`, rounded down.
+    /// Division by the period, for arithmetic beyond the window index.
     #[inline]
-    pub(super) fn divide_by_period(&self, n: u64) -> u64 {
-        self.per_period.divide(n)
+    pub(super) fn per_period(&self) -> Divisor {
+        self.per_period
     }
 
     /// The tag of `window`.

@@ -225,10 +225,7 @@ impl LeakyBucket {
     #[inline]
     fn drain_ms(&self, amount: u64) -> u64 {
         // amount <= excess + 1000 * cost < 2^25: the product is small.
-        let n = amount * UNIT;
-        let quotient = self.per_rate.divide(n);
-        // Rounded up: quotient x rate <= n, no overflow.
-        quotient + u64::from(quotient * self.rate < n)
+        self.per_rate.divide_ceil(amount * UNIT)
     }
 
     /// A state word saved at `then`, restored at `now` (see

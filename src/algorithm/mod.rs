@@ -124,6 +124,14 @@ impl Divisor {
         // q <= n / d, so q * d <= n: no overflow, no underflow.
         if n - q * self.d >= self.d { q + 1 } else { q }
     }
+
+    /// `n / d`, rounded up.
+    #[inline]
+    pub(crate) fn divide_ceil(self, n: u64) -> u64 {
+        let q = self.divide(n);
+        // q * d <= n: no overflow.
+        q + u64::from(q * self.d < n)
+    }
 }
 
 /// The thin compare-exchange loop every one-word algorithm shares: decide on
@@ -222,6 +230,11 @@ mod tests {
             let n = next() >> (next() % 64);
             let d = d.max(1);
             assert_eq!(Divisor::new(d).divide(n), n / d, "{n} / {d}");
+            assert_eq!(
+                Divisor::new(d).divide_ceil(n),
+                n.div_ceil(d),
+                "ceil {n} / {d}"
+            );
         }
     }
 }

@@ -175,9 +175,7 @@ impl SlidingWindowCounter {
         // The common case fits a u64 (a count below 2^20 times a period
         // below 2^44 ns, about 4.9 hours): divide without a hardware divide.
         if let Some(weight) = previous.checked_mul(self.period - elapsed) {
-            let quotient = self.tag.divide_by_period(weight);
-            // Rounded up: quotient x period <= weight, no overflow.
-            return quotient + u64::from(quotient * self.period < weight);
+            return self.tag.per_period().divide_ceil(weight);
         }
         let period = u128::from(self.period);
         let weight = u128::from(previous) * (period - u128::from(elapsed));

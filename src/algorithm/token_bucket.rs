@@ -209,7 +209,7 @@ impl Algorithm for TokenBucket {
         });
         refunded.map_or(0, |tat| {
             // At most `back`, so the quotient is at most `cost`.
-            (tat - lowered(tat)).div_ceil(self.interval) as u32
+            self.per_interval.divide_ceil(tat - lowered(tat)) as u32
         })
     }
 }
