@@ -168,6 +168,20 @@ impl RedisCluster {
     /// `--cluster-require-full-coverage no`, so that the live masters keep
     /// serving while one is dead).
     pub fn start_with(extra: &[&str]) -> RedisCluster {
+        // Parallel tests pick ports independently: a node's cluster bus port
+        // (port + 10,000) can be taken between the check and the start, and
+        // `--cluster create` then fails. Retry with fresh nodes and ports.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start(extra) {
+                Ok(cluster) => return cluster,
+                Err(why) => last = why,
+            }
+        }
+        panic!("{last} (3 attempts)");
+    }
+
+    fn try_start(extra: &[&str]) -> Result<RedisCluster, String> {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|i| {
                 let conf = format!("nodes-{i}.conf");
@@ -195,7 +209,9 @@ impl RedisCluster {
             .stderr(Stdio::null())
             .status()
             .expect("redis-cli must be installed (apt-get install redis-tools)");
-        assert!(status.success(), "redis-cli --cluster create failed");
+        if !status.success() {
+            return Err("redis-cli --cluster create failed".to_string());
+        }
         let deadline = Instant::now() + Duration::from_secs(20);
         'wait: while Instant::now() < deadline {
             for node in &nodes {
@@ -205,9 +221,9 @@ impl RedisCluster {
                     continue 'wait;
                 }
             }
-            return RedisCluster { nodes };
+            return Ok(RedisCluster { nodes });
         }
-        panic!("the cluster did not reach cluster_state:ok");
+        Err("the cluster did not reach cluster_state:ok".to_string())
     }
 
     pub fn urls(&self) -> Vec<String> {
