@@ -359,23 +359,30 @@ where
         // checks among a million keys slower (about a fifth, in a noisy
         // min-of-trials comparison; the lookup's cache misses seem to
         // overlap less with the TSC read before them).
+        // The decision and `now` leave the closure through variables, not
+        // as its return value: the algorithm chosen at run time
+        // (`AnyAlgorithm`) then writes its decision in place instead of
+        // copying it through two temporaries (measured: +8 ns a check
+        // before, +1 to +2 ns after, against the static type).
+        let mut now = 0;
+        let mut result = Ok(Decision::allow(0, 0, 0));
         let known = self.map.with(key, |state| {
-            let now = self.clock.now();
-            (self.algorithm.check(state, now, cost), now)
+            now = self.clock.now();
+            result = self.algorithm.check(state, now, cost);
         });
-        let (result, now) = match known {
-            Some(known) => known,
-            // A probe of a key not held writes nothing, not even the key.
-            None if cost == 0 => {
-                let now = self.clock.now();
-                (self.peek_new(now, cost), now)
-            }
-            None => {
-                // No lock is held here, so a sweep cannot deadlock on it.
-                crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
-                let now = self.clock.now();
-                (self.check_new(key, now, cost), now)
-            }
+        if known.is_some() {
+            self.maybe_auto_sweep(now);
+            return result;
+        }
+        // A probe of a key not held writes nothing, not even the key.
+        let (result, now) = if cost == 0 {
+            let now = self.clock.now();
+            (self.peek_new(now, cost), now)
+        } else {
+            // No lock is held here, so a sweep cannot deadlock on it.
+            crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
+            let now = self.clock.now();
+            (self.check_new(key, now, cost), now)
         };
         self.maybe_auto_sweep(now);
         result

@@ -319,7 +319,10 @@ impl Algorithm for AnyAlgorithm {
         }
     }
 
-    #[inline]
+    // Forced, as `RateLimiter::check` is: five inlined algorithms make the
+    // function large, and as a call it copies the decision through the
+    // stack (measured +8 to +12 ns on a denial).
+    #[inline(always)]
     fn check(&self, state: &AnyState, now: u64, cost: u32) -> Result<Decision, CheckError> {
         dispatch!(
             self,
@@ -329,7 +332,7 @@ impl Algorithm for AnyAlgorithm {
         )
     }
 
-    #[inline]
+    #[inline(always)]
     fn peek(&self, state: &AnyState, now: u64, cost: u32) -> Result<Decision, CheckError> {
         dispatch!(
             self,
