@@ -249,6 +249,11 @@ proptest! {
     }
 
     #[test]
+    fn token_bucket_quota_changes(quota in quotas(), ops in ops_with(2)) {
+        adjustable::<TokenBucket, ModelBucket>(quota, &ops)?;
+    }
+
+    #[test]
     fn token_bucket(quota in quotas(), ops in ops()) {
         direct::<TokenBucket, ModelBucket>(quota, &ops, fixed)?;
         keyed::<TokenBucket, ModelBucket>(quota, &ops, fixed_keyed)?;

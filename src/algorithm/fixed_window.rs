@@ -121,10 +121,12 @@ impl FixedWindow {
         let limit = u64::from(self.limit);
         // Both at most 2^32 - 1: no overflow.
         let after = used + u64::from(cost);
-        if after <= limit {
+        // Cost 0 is a probe: admitted even over a limit cut at run time.
+        if after <= limit || cost == 0 {
             let reset_after = if after > 0 { until_end } else { 0 };
-            // after <= limit, a u32.
-            let decision = Decision::allow(self.limit, (limit - after) as u32, reset_after);
+            // At most the limit, a u32.
+            let left = limit.saturating_sub(after) as u32;
+            let decision = Decision::allow(self.limit, left, reset_after);
             let new_word = if cost > 0 {
                 (self.tag.tag(window) << self.count_bits) | after
             } else {

@@ -189,14 +189,15 @@ impl SlidingWindowLog {
         let after = used + u64::from(cost);
         let limit = u64::from(self.limit);
         let newest = log.entries.back().filter(|e| !self.expired(e.at, at));
-        if after <= limit {
+        // Cost 0 is a probe: admitted even over a limit cut at run time.
+        if after <= limit || cost == 0 {
             let newest = if cost > 0 {
                 Some(at)
             } else {
                 newest.map(|e| e.at)
             };
             let reset = newest.map_or(0, |t| self.until_expiry(t, now));
-            let decision = Decision::allow(self.limit, (limit - after) as u32, reset);
+            let decision = Decision::allow(self.limit, limit.saturating_sub(after) as u32, reset);
             (decision, (cost > 0).then_some(at))
         } else {
             // The oldest live entries must leave until `need` cost is freed;

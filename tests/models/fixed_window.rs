@@ -80,13 +80,19 @@ impl ModelWindow {
             retry_after,
             delay: 0,
         };
-        if used + cost <= self.limit {
+        // A probe (cost 0) always passes, even over a lowered limit.
+        if used + cost <= self.limit || cost == 0 {
             if record && cost > 0 {
                 *self.counts.entry(w).or_insert(0) += cost;
                 self.last = Some(w);
             }
             let reset = if used + cost > 0 { until_end } else { 0 };
-            Ok(outcome(true, (self.limit - used - cost) as u32, reset, 0))
+            Ok(outcome(
+                true,
+                self.limit.saturating_sub(used + cost) as u32,
+                reset,
+                0,
+            ))
         } else {
             Ok(outcome(
                 false,

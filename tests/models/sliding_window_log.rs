@@ -84,7 +84,8 @@ impl Model for ModelLog {
             self.latest = t;
         }
         let used = self.used(t);
-        let allowed = used + u128::from(cost) <= self.limit;
+        // A probe (cost 0) always passes, even over a lowered limit.
+        let allowed = cost == 0 || used + u128::from(cost) <= self.limit;
         if allowed && cost > 0 {
             self.admitted.push((t, cost));
         }

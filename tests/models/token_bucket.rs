@@ -12,21 +12,22 @@ use rategate::{CheckError, Quota};
 
 /// A token bucket the textbook way. `credit` is the bucket's content
 /// measured in nanoseconds of refill (tokens x interval), so fractional
-/// tokens are exact; the bucket starts full.
+/// tokens are exact; the bucket starts full. It is negative only after a
+/// quota change left the bucket owing more than the new bucket holds.
 #[derive(Debug, Clone)]
 pub struct ModelBucket {
-    interval: u128,
-    capacity: u128,
-    credit: u128,
-    last: u128,
+    interval: i128,
+    capacity: i128,
+    credit: i128,
+    last: i128,
 }
 
 impl ModelBucket {
     /// One token per `period / limit` rounded up to a whole nanosecond: the
     /// crate's promise is never to admit faster than the quota.
     pub fn with_params(limit: u32, period: u64, burst: Option<u32>) -> Self {
-        let interval = u128::from(period.div_ceil(u64::from(limit)));
-        let capacity = u128::from(burst.unwrap_or(limit));
+        let interval = i128::from(period.div_ceil(u64::from(limit)));
+        let capacity = i128::from(burst.unwrap_or(limit));
         ModelBucket {
             interval,
             capacity,
@@ -43,18 +44,19 @@ impl Model for ModelBucket {
 
     /// Time only moves forward in this model's inputs.
     fn request(&mut self, now: u64, cost: u32) -> Result<Outcome, CheckError> {
-        if u128::from(cost) > self.capacity {
+        if i128::from(cost) > self.capacity {
             return Err(CheckError::CostExceedsCapacity {
                 cost,
                 capacity: self.capacity as u32,
             });
         }
-        let now = u128::from(now);
+        let now = i128::from(now);
         let full = self.capacity * self.interval;
         self.credit = (self.credit + (now - self.last)).min(full);
         self.last = now;
-        let need = u128::from(cost) * self.interval;
-        let allowed = self.credit >= need;
+        let need = i128::from(cost) * self.interval;
+        // A probe (cost 0) always passes, even owing after a quota change.
+        let allowed = cost == 0 || self.credit >= need;
         let retry_after = if allowed {
             self.credit -= need;
             0
@@ -64,7 +66,7 @@ impl Model for ModelBucket {
         Ok(Outcome {
             allowed,
             limit: self.capacity as u32,
-            remaining: (self.credit / self.interval) as u32,
+            remaining: (self.credit.max(0) / self.interval) as u32,
             reset_after: (full - self.credit) as u64,
             retry_after: retry_after as u64,
             // A token bucket never delays.
@@ -74,20 +76,28 @@ impl Model for ModelBucket {
 
     /// The tokens go back into the bucket as it is now, never past full.
     fn refund(&mut self, now: u64, cost: u32) -> u32 {
-        let now = u128::from(now);
+        let now = i128::from(now);
         let full = self.capacity * self.interval;
         self.credit = (self.credit + (now - self.last)).min(full);
         self.last = now;
-        let given = (u128::from(cost) * self.interval).min(full - self.credit);
+        let given = (i128::from(cost) * self.interval).min(full - self.credit);
         self.credit += given;
-        given.div_ceil(self.interval) as u32
+        // Rounded up; `given` is never negative (the credit is at most full).
+        ((given + self.interval - 1) / self.interval) as u32
     }
 }
 
 impl super::Retune for ModelBucket {
-    /// Not modelled: the token bucket keeps its time to full across a
-    /// change, which `tests/set_quota.rs` checks directly.
-    fn set_quota(&mut self, _: &Quota) {
-        unimplemented!("the token bucket's quota change is tested directly")
+    /// The time until the bucket is full again is kept: what the bucket
+    /// lacked of full under the old quota (`full - credit`, in nanoseconds of
+    /// refill) it lacks under the new one, which may be more than the new
+    /// bucket holds (the credit is then negative: denied until refilled).
+    fn set_quota(&mut self, quota: &Quota) {
+        let lacking = self.capacity * self.interval - self.credit;
+        let new =
+            ModelBucket::with_params(quota.limit(), quota.period_nanos(), quota.explicit_burst());
+        self.interval = new.interval;
+        self.capacity = new.capacity;
+        self.credit = self.capacity * self.interval - lacking;
     }
 }
