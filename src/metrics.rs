@@ -7,8 +7,8 @@
 //! | `rategate_allowed_total` | counter | `policy` | a policy admitted a request |
 //! | `rategate_denied_total` | counter | `policy` | a policy denied a request (enforced) |
 //! | `rategate_shadow_denied_total` | counter | `policy` | a shadow-mode policy would have denied |
-//! | `rategate_store_down_total` | counter | `source` (`fail_open`, `fail_closed`, `insurance`) | Redis was unreachable and the store-down policy decided |
-//! | `rategate_redis_seconds` | histogram | | a Redis limiter's script call, success or failure |
+//! | `rategate_store_down_total` | counter | `source` (`fail_open`, `fail_closed`, `insurance`, `outage_share`, `lease_unrenewed`) | Redis was unreachable and the store-down policy decided: a `RedisLimiter`'s policy; a `SyncedLimiter`'s check of a key whose last sync failed, held to the outage share; a `LeasedLimiter`'s request denied because its renewal failed |
+//! | `rategate_redis_seconds` | histogram | | a Redis call, success or failure: a `RedisLimiter`'s script call, a `SyncedLimiter`'s sync round, a `LeasedLimiter`'s lease round |
 //! | `rategate_live_keys` | gauge | `policy` | keys held by a policy's in-memory tiers, set by `PolicyLimiter::record_live_keys` |
 //!
 //! Tracing: a `debug` event (target `rategate`) per denial with the policy
@@ -55,8 +55,19 @@ pub(crate) fn store_down(source: crate::redis::Source) {
             Source::Insurance => "insurance",
             Source::Redis | Source::LocalCache => return,
         };
-        metrics::counter!("rategate_store_down_total", "source" => source).increment(1);
+        store_down_by(source);
     }
+}
+
+/// A decision made while Redis could not be reached, by `source` (a
+/// synced limiter's `outage_share`, a leased limiter's
+/// `lease_unrenewed`).
+#[cfg(feature = "redis")]
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn store_down_by(source: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("rategate_store_down_total", "source" => source).increment(1);
 }
 
 /// Awaits a Redis script call, recording its latency with feature

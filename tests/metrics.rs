@@ -195,3 +195,70 @@ fn store_down_decisions_and_redis_latency_are_recorded() {
             .all(|s| s.into_inner() >= 0.0 && s.into_inner() < 5.0)
     );
 }
+
+/// A synced limiter counts each check of a key whose last sync failed
+/// (held to the outage share) and records every sync round's latency; a
+/// leased limiter counts a request denied because its renewal failed.
+#[cfg(feature = "redis")]
+#[test]
+fn synced_and_leased_store_down_are_recorded() {
+    use rategate::redis::{LeasedLimiter, SyncedLimiter};
+    use rategate::{Quota, TokenBucket};
+    use std::time::Duration;
+
+    let recorder = DebuggingRecorder::new();
+    let mut server = redis_server::RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let quota = Quota::per_hour(100).unwrap();
+            let synced = SyncedLimiter::<TokenBucket>::builder(quota)
+                .url(&server.url())
+                .timeout(Duration::from_millis(100))
+                .outage_share(0.5)
+                .background(false)
+                .build()
+                .await
+                .unwrap();
+            let leased = LeasedLimiter::builder(quota)
+                .url(&server.url())
+                .timeout(Duration::from_millis(100))
+                .background(false)
+                .build()
+                .await
+                .unwrap();
+            assert!(synced.check("k").is_allowed());
+            assert!(synced.sync_now().await.is_ok());
+            assert!(leased.acquire("k").await.unwrap().is_allowed());
+            // Heard from Redis: not a store-down decision.
+            assert!(synced.check("k").is_allowed());
+            server.kill();
+            assert!(synced.sync_now().await.is_err());
+            for _ in 0..3 {
+                assert!(synced.check("k").is_allowed());
+            }
+            // A key with no slice on this node cannot renew: denied.
+            assert!(!leased.acquire("fresh").await.unwrap().is_allowed());
+        })
+    });
+    let snapshot = snapshot(&recorder);
+    let source = |s| ("source", s);
+    let down = |s| counter(&snapshot, "rategate_store_down_total", source(s));
+    assert_eq!(down("outage_share"), 3);
+    assert_eq!(down("lease_unrenewed"), 1);
+    let rounds = snapshot
+        .iter()
+        .find_map(|(key, value)| match value {
+            DebugValue::Histogram(v) if key.key().name() == "rategate_redis_seconds" => {
+                Some(v.len())
+            }
+            _ => None,
+        })
+        .expect("a latency histogram");
+    // Two sync rounds (one answered, one failed) and the leased limiter's
+    // two renewals (one answered, one failed).
+    assert_eq!(rounds, 4);
+}

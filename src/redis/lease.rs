@@ -559,8 +559,12 @@ impl<C: Clock> LeasedLimiter<C> {
             return Ok(decision);
         }
         // Errors are counted; the decision below then denies.
-        let _ = inner.round(Round::Renew).await;
-        self.check_n(key, cost)
+        let renewed = inner.round(Round::Renew).await;
+        let decision = self.check_n(key, cost)?;
+        if renewed.is_err() && !decision.is_allowed() {
+            crate::metrics::store_down_by("lease_unrenewed");
+        }
+        Ok(decision)
     }
 
     /// Runs a regular round now: sizes and renews the slices of busy keys,
@@ -883,7 +887,11 @@ impl<C: Clock> Inner<C> {
             .saturating_add(1_000);
         let header = [i64::from(self.quota.limit()), ttl_ms];
         let started = Instant::now();
-        let outcome = self.store.run(&self.lua, &header, &records, 2).await;
+        let outcome =
+            crate::metrics::timed_redis_call(self.store.run(&self.lua, &header, &records, 2)).await;
+        if let Some(error) = &outcome.error {
+            crate::metrics::store_failure(error);
+        }
         // Relaxed: statistics.
         c.last_latency_nanos.store(
             u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),

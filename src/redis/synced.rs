@@ -804,7 +804,11 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
             let unheard = entry.heard.load(Ordering::Relaxed) == 0;
             // On a Cluster a dead master must not throttle the keys of
             // the live ones: degraded is per slot.
-            if unheard || self.degraded.is_degraded(key) {
+            let degraded = !unheard && self.degraded.is_degraded(key);
+            if degraded {
+                crate::metrics::store_down_by("outage_share");
+            }
+            if unheard || degraded {
                 match local.check_n(key, cost) {
                     Ok(decision) if decision.is_allowed() => {}
                     Ok(decision) => return Ok(decision),
@@ -864,7 +868,12 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
         }
         let started = Instant::now();
         let outs = if shape.windowed() { 2 } else { 1 };
-        let outcome = self.store.run(&self.lua, &header, &records, outs).await;
+        let outcome =
+            crate::metrics::timed_redis_call(self.store.run(&self.lua, &header, &records, outs))
+                .await;
+        if let Some(error) = &outcome.error {
+            crate::metrics::store_failure(error);
+        }
         let c = &self.counters;
         // Relaxed: statistics.
         c.last_latency_nanos.store(
