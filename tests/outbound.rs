@@ -228,3 +228,84 @@ async fn adaptation_off_only_pauses() {
     assert_eq!(g.stats().rate_factor, 1.0);
     assert_eq!(admissions(&g, 3).await, vec![1000; 3]);
 }
+
+/// A guard from a policy file: every named policy limits at once, with the
+/// algorithm each names (a token bucket of 2/s and a fixed window of 3 per
+/// minute: two at once, the third after half a second, the fourth when the
+/// minute's window ends).
+#[cfg(feature = "serde")]
+#[tokio::test(start_paused = true)]
+async fn a_guard_from_a_policy_file_waits_under_every_named_policy() {
+    use rategate::policy::config::PolicyFile;
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.per_second]
+        quota = "2/s"
+        [policies.per_minute]
+        algorithm = "fixed_window"
+        quota = "3/m"
+        "#,
+    )
+    .unwrap();
+    let guard = Arc::new(
+        OutboundLimiter::from_policies_with_clock(
+            &file,
+            &["per_second", "per_minute"],
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    let times = admissions(&guard, 4).await;
+    assert_eq!(&times[..3], &[0, 0, 500]);
+    // The fixed window's edge is a whole minute of the clock's time.
+    assert!((59_000..=60_000).contains(&times[3]), "{times:?}");
+    // Nothing is charged before admission: the limits agree with the count.
+    assert_eq!(guard.stats().admitted, 4);
+}
+
+/// Policies that cannot be one limit for everything are refused, naming
+/// the policy and the field.
+#[cfg(feature = "serde")]
+#[test]
+fn a_guard_refuses_policies_it_cannot_apply() {
+    use rategate::policy::config::PolicyFile;
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.ok]
+        quota = "2/s"
+        [policies.by_ip]
+        quota = "2/s"
+        key = "ip"
+        [policies.tiered]
+        quota = "2/s"
+        [policies.tiered.tiers]
+        gold = "10/s"
+        [policies.remote]
+        quota = "2/s"
+        backend = { kind = "redis", url = "redis://127.0.0.1:1/" }
+        [policies.dry]
+        quota = "2/s"
+        shadow = true
+        "#,
+    )
+    .unwrap();
+    let error = |names: &[&str]| OutboundLimiter::from_policies(&file, names).unwrap_err();
+    for (name, field) in [
+        ("by_ip", "key"),
+        ("tiered", "tiers"),
+        ("remote", "backend"),
+        ("dry", "shadow"),
+    ] {
+        let e = error(&["ok", name]);
+        assert_eq!(
+            (e.policy(), e.field_name()),
+            (Some(name), Some(field)),
+            "{e}"
+        );
+    }
+    let e = error(&["ok", "missing"]);
+    assert_eq!((e.policy(), e.field_name()), (Some("missing"), None));
+    assert!(e.to_string().contains("no policy of this name"), "{e}");
+    assert!(error(&[]).to_string().contains("at least one policy"));
+    assert!(OutboundLimiter::from_policies(&file, &["ok"]).is_ok());
+}

@@ -109,6 +109,80 @@ impl OutboundLimiter<QuantaClock> {
     }
 }
 
+/// Guards built from a policy file (feature `serde`).
+#[cfg(feature = "serde")]
+impl OutboundLimiter<QuantaClock> {
+    /// A guard over the policies `names` of `file`, all of them at once
+    /// (a per-second and a per-hour limit, say), on the default clock. Each
+    /// named policy must be one limit for everything: `key = "global"` (the
+    /// default), no tiers, the memory backend, no shadow mode (see
+    /// [`Policy::direct_limiter`](crate::policy::config::Policy::direct_limiter)).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`](crate::policy::config::ConfigError) naming the policy
+    /// and field: a name not in the file, or a policy that is not one limit
+    /// for everything.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::OutboundLimiter;
+    /// use rategate::policy::config::PolicyFile;
+    ///
+    /// let file = PolicyFile::from_toml(r#"
+    ///     [policies.email_per_second]
+    ///     quota = "10/s"
+    ///     [policies.email_per_day]
+    ///     algorithm = "fixed_window"
+    ///     quota = "100000/d"
+    /// "#)?;
+    /// let guard = OutboundLimiter::from_policies(&file, &["email_per_second", "email_per_day"])?;
+    /// guard.wait()?; // or `guard.until_ready().await` with feature tokio
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_policies(
+        file: &crate::policy::config::PolicyFile,
+        names: &[&str],
+    ) -> Result<Self, crate::policy::config::ConfigError> {
+        Self::from_policies_with_clock(file, names, QuantaClock::new())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<C: Clock + Clone + 'static> OutboundLimiter<C> {
+    /// As [`from_policies`](OutboundLimiter::from_policies), with the limits
+    /// and the guard on `clock` (a [`TokioClock`](crate::TokioClock) in
+    /// tests under paused time).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_policies`](OutboundLimiter::from_policies).
+    pub fn from_policies_with_clock(
+        file: &crate::policy::config::PolicyFile,
+        names: &[&str],
+        clock: C,
+    ) -> Result<Self, crate::policy::config::ConfigError> {
+        use crate::policy::config::ConfigError;
+        if names.is_empty() {
+            return Err(ConfigError::file(
+                "an outbound guard needs at least one policy",
+            ));
+        }
+        let limits = names
+            .iter()
+            .map(|&name| {
+                let policy = file.policy(name).ok_or_else(|| {
+                    ConfigError::named(name, "no policy of this name in the file")
+                })?;
+                let limiter = policy.direct_limiter(clock.clone())?;
+                Ok(Arc::new(limiter) as Arc<dyn Limit>)
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        Ok(Self::with_clock(AllOf::new(limits), clock))
+    }
+}
+
 impl<C: Clock> OutboundLimiter<C> {
     /// A guard over `limits`, timing pauses and pacing on `clock` (a
     /// [`TokioClock`](crate::TokioClock) in tests under paused time).

@@ -8,7 +8,7 @@ use super::{ConfigError, KeyKind, Policy};
 use crate::algorithm::AnyAlgorithm;
 use crate::clock::{Clock, QuantaClock};
 use crate::policy::{TierId, Tiered};
-use crate::{CheckError, Decision, KeyedRateLimiter, Quota};
+use crate::{CheckError, Decision, KeyedRateLimiter, Quota, RateLimiter};
 
 /// A resolver from key to tier that an application supplies at run time
 /// (a user signed in, a customer's plan); policy files only set overrides.
@@ -54,6 +54,47 @@ impl Policy {
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         self.with_overrides(tiers, resolver)
+    }
+
+    /// The policy as one limit for everything it guards: its algorithm at
+    /// its default tier's quota, one state on `clock`: what a global limit
+    /// in this process, or an outbound guard's limit
+    /// ([`OutboundLimiter::from_policies`](crate::OutboundLimiter::from_policies)),
+    /// needs.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field when the policy needs more than one
+    /// state: a `key` other than `"global"`, tiers or overrides, a backend
+    /// other than `"memory"` (Redis state is shared between processes, which
+    /// one local limiter cannot be), or shadow mode (a direct limiter always
+    /// enforces).
+    pub fn direct_limiter<C: Clock>(
+        &self,
+        clock: C,
+    ) -> Result<RateLimiter<AnyAlgorithm, C>, ConfigError> {
+        let refuse = |field: &str, why: &str| Err(ConfigError::field(&self.name, field, why));
+        if self.key != KeyKind::Global {
+            return refuse("key", "one limit for everything needs key = \"global\"");
+        }
+        if self.tiers.len() > 1 || !self.overrides.is_empty() {
+            return refuse(
+                "tiers",
+                "one limit for everything has no tiers or overrides",
+            );
+        }
+        if !matches!(self.backend, super::Backend::Memory { .. }) {
+            return refuse(
+                "backend",
+                "one limit in this process needs backend = \"memory\"",
+            );
+        }
+        if self.shadow {
+            return refuse("shadow", "a direct limiter always enforces; remove shadow");
+        }
+        let quota = *self.quota();
+        let algorithm = self.algorithm_for("default", &quota)?;
+        Ok(RateLimiter::from_algorithm(algorithm, quota, clock))
     }
 
     fn algorithm_for(&self, tier: &str, quota: &Quota) -> Result<AnyAlgorithm, ConfigError> {

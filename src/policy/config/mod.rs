@@ -188,6 +188,14 @@ impl ConfigError {
         }
     }
 
+    pub(crate) fn named(policy: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            policy: Some(policy.to_owned()),
+            field: None,
+            message: message.into(),
+        }
+    }
+
     /// The policy at fault; `None` for an error in the file as a whole
     /// (TOML syntax, no `policies` table).
     pub fn policy(&self) -> Option<&str> {
