@@ -388,6 +388,60 @@ where
         result
     }
 
+    /// Decides one request of cost 1 for each of `keys`, in order, all at
+    /// one reading of the clock, and calls `each` with every key's decision;
+    /// returns how many were admitted. Each key is decided on its own, as a
+    /// [`check`](KeyedRateLimiter::check) at that instant would decide it
+    /// (a key named twice is checked twice); for several limits that must
+    /// all admit one request, see [`AllOf`](crate::policy::AllOf).
+    ///
+    /// For a server that decides many keys at once (a batch of messages
+    /// from different tenants, a request touching several resources): the
+    /// clock is read once, and a clock read between lookups keeps the
+    /// processor from overlapping one key's cache misses with the next's.
+    /// Measured at a million live keys on the development VM: about 90 ns a
+    /// key in batches of 8, against about 230 ns for separate checks
+    /// (`cargo bench --bench keyed -- keyed_batch`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::{KeyedRateLimiter, ManualClock, Quota, TokenBucket};
+    ///
+    /// let limiter = KeyedRateLimiter::<u64, TokenBucket, _>::builder(Quota::per_second(1)?)
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let mut allowed = Vec::new();
+    /// let admitted = limiter.check_many([&1, &2, &1], |key, d| allowed.push((*key, d.is_allowed())));
+    /// assert_eq!(admitted, 2);
+    /// assert_eq!(allowed, [(1, true), (2, true), (1, false)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_many<'q, Q, I>(&self, keys: I, mut each: impl FnMut(&'q Q, Decision)) -> usize
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'q,
+        I: IntoIterator<Item = &'q Q>,
+    {
+        let now = self.clock.now();
+        let mut admitted = 0;
+        for key in keys {
+            let known = self
+                .map
+                .with(key, |state| self.algorithm.check(state, now, 1));
+            let result = match known {
+                Some(result) => result,
+                None => crate::algorithm::check_cost(1, self.algorithm.capacity())
+                    .and_then(|()| self.check_new(key, now, 1)),
+            };
+            let decision = result.unwrap_or_else(never_passes);
+            admitted += usize::from(decision.is_allowed());
+            each(key, decision);
+        }
+        self.maybe_auto_sweep(now);
+        admitted
+    }
+
     /// What [`check`](KeyedRateLimiter::check) would decide now, recording
     /// nothing and inserting no key.
     pub fn peek<Q>(&self, key: &Q) -> Decision
