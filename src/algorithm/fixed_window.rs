@@ -99,11 +99,20 @@ impl FixedWindow {
     #[inline]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let count = word & ((1 << self.count_bits) - 1);
-        let current = self.tag.window_of(now);
         // A count of 0 is a fresh state whatever its tag says.
         let (window, used) = if count == 0 {
-            (current, 0)
+            (self.tag.window_of(now), 0)
+        } else if let Some(stored) = self.tag.exact(word >> self.count_bits) {
+            // The tag is the whole window index: whether `now` is past the
+            // stored window's end takes a multiplication, not a division
+            // (the common denial: a window already full).
+            match (stored + 1).checked_mul(self.period) {
+                Some(end) if now >= end => (self.tag.window_of(now), 0),
+                // The same window, or a clock that stepped back.
+                _ => (stored, count),
+            }
         } else {
+            let current = self.tag.window_of(now);
             let stored = self.tag.untag(word >> self.count_bits, current);
             if stored < current {
                 // A new window: the old count no longer matters.
@@ -328,6 +337,14 @@ impl WindowTag {
     #[inline]
     pub(super) fn tag(&self, window: u64) -> u64 {
         window & ((1 << self.bits) - 1)
+    }
+
+    /// The window a stored `tag` stands for when tags keep the whole window
+    /// index (every window the clock can reach fits the tag's bits), without
+    /// judging it from the current window; `None` when tags are truncated.
+    #[inline]
+    pub(super) fn exact(&self, tag: u64) -> Option<u64> {
+        (self.last < 1u64 << self.bits).then_some(tag)
     }
 
     /// The window a stored `tag` stands for, judged from `current`, the

@@ -147,7 +147,11 @@ impl Divisor {
 /// other memory. The compare-exchange makes read-decide-write atomic, and all
 /// operations on one atomic follow its single modification order, so no
 /// admission is lost or counted twice.
-#[inline]
+///
+/// Always inlined: as a call (the window algorithms' decisions are large
+/// enough that it stayed one) it moved each decision through the stack;
+/// inlined, the fixed window's denial measured about 5 ns faster.
+#[inline(always)]
 pub(crate) fn update_word(
     state: &AtomicU64,
     mut decide: impl FnMut(u64) -> (Decision, u64),
