@@ -31,6 +31,15 @@ pub enum BuildError {
         /// The async rule.
         rule: String,
     },
+    /// A tier holds a shadow rule beside other rules. Its denials must not
+    /// deny, so it cannot take part in an all-or-nothing check: such a
+    /// rule must be its tier's only one.
+    ShadowNotAlone {
+        /// The tier.
+        tier: String,
+        /// The shadow rule.
+        rule: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -40,6 +49,11 @@ impl fmt::Display for BuildError {
             BuildError::AsyncNotAlone { tier, rule } => write!(
                 f,
                 "tier {tier:?}: the async rule {rule:?} must be the tier's only rule \
+                 (it cannot be checked all-or-nothing with others)"
+            ),
+            BuildError::ShadowNotAlone { tier, rule } => write!(
+                f,
+                "tier {tier:?}: the shadow rule {rule:?} must be the tier's only rule \
                  (it cannot be checked all-or-nothing with others)"
             ),
         }
@@ -79,7 +93,7 @@ impl Config {
                 Counters::bump(&c.allowed);
                 Settled::Serve(Some(report))
             }
-            Verdict::Decided(report) if self.shadow => {
+            Verdict::Decided(report) if self.shadow || report.shadow => {
                 Counters::bump(&c.shadow_limited);
                 Settled::Serve(Some(report))
             }
@@ -102,9 +116,13 @@ impl Config {
                 }
                 Settled::Answer(self.respond(&Rejection::NoKey { error: &error }))
             }
-            Verdict::CostTooHigh { policy, error } => {
+            Verdict::CostTooHigh {
+                policy,
+                error,
+                shadow,
+            } => {
                 Counters::bump(&c.cost_too_high);
-                if self.shadow {
+                if self.shadow || shadow {
                     return Settled::Serve(None);
                 }
                 Settled::Answer(self.respond(&Rejection::CostTooHigh {
@@ -209,7 +227,8 @@ impl RateLimitBuilder {
     /// # Errors
     ///
     /// [`BuildError::NoTiers`] without a tier; [`BuildError::AsyncNotAlone`]
-    /// for an async rule beside others in a tier.
+    /// for an async rule beside others in a tier, and
+    /// [`BuildError::ShadowNotAlone`] for a shadow rule beside others.
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
         if self.tiers.is_empty() {
             return Err(BuildError::NoTiers);
@@ -222,6 +241,12 @@ impl RateLimitBuilder {
                     .find(|r| matches!(r.limiter, RuleLimiter::Async(_)))
                 {
                     return Err(BuildError::AsyncNotAlone {
+                        tier: tier.name.to_string(),
+                        rule: rule.name.to_string(),
+                    });
+                }
+                if let Some(rule) = tier.rules.iter().find(|r| r.shadow) {
+                    return Err(BuildError::ShadowNotAlone {
                         tier: tier.name.to_string(),
                         rule: rule.name.to_string(),
                     });
