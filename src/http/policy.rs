@@ -399,6 +399,20 @@ impl Rule {
         }
     }
 
+    /// Adds the `ratelimit-policy` items of `quotas` (a policy's tiers) to
+    /// those built once.
+    #[cfg(feature = "serde")]
+    pub(crate) fn with_tier_quotas(mut self, quotas: &[Quota]) -> Rule {
+        let mut headers = self.policy_headers.to_vec();
+        for quota in quotas {
+            if !headers.iter().any(|(q, _)| q == quota) {
+                headers.push((*quota, policy_header(&self.name, quota)));
+            }
+        }
+        self.policy_headers = Arc::from(headers);
+        self
+    }
+
     /// The `ratelimit-policy` item under `quota`: built once for the
     /// rule's quotas, else now.
     pub(crate) fn policy_header(&self, quota: &Quota) -> HeaderValue {
