@@ -458,6 +458,55 @@ async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
 }
 
 #[tokio::test]
+async fn headers_only_on_429s_when_asked() {
+    let layer = RateLimitLayer::builder()
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
+        )
+        .headers_on_allowed(false)
+        .build()
+        .unwrap();
+    let mut client = Client::connect(serve(app(layer.clone())).await).await;
+    for _ in 0..2 {
+        let r = client.get("/").await;
+        assert_eq!(r.status, 200);
+        for name in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-ratelimit-used",
+            "ratelimit-policy",
+            "ratelimit",
+        ] {
+            assert_eq!(r.header(name), None, "{name} on an allowed response");
+        }
+    }
+    let denied = client.get("/").await;
+    assert_eq!(denied.status, 429);
+    assert_eq!(denied.num("x-ratelimit-limit"), 2);
+    assert_eq!(denied.num("x-ratelimit-remaining"), 0);
+    assert_eq!(denied.header("ratelimit-policy"), Some(r#""p";q=2;w=3600"#));
+    assert!(denied.num("retry-after") >= 1);
+
+    // In shadow mode a would-be 429 is served, with its headers.
+    let shadow = RateLimitLayer::builder()
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
+        )
+        .headers_on_allowed(false)
+        .shadow(true)
+        .build()
+        .unwrap();
+    let mut client = Client::connect(serve(app(shadow)).await).await;
+    assert_eq!(client.get("/").await.header("ratelimit"), None);
+    let over = client.get("/").await;
+    assert_eq!(over.status, 200);
+    assert_eq!(over.num("x-ratelimit-remaining"), 0);
+}
+
+#[tokio::test]
 async fn a_direct_limiter_is_one_global_limit() {
     let global = Arc::new(RateLimiter::<FixedWindow>::new(Quota::per_hour(3).unwrap()).unwrap());
     let layer = RateLimitLayer::new(KeyExtractor::global(), Rule::new("global", global));

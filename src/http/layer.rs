@@ -149,7 +149,10 @@ impl Config {
     ) -> Response<ResponseBody<B>> {
         let mut response = response.map(ResponseBody::inner);
         if let Some(report) = report {
-            write_headers(response.headers_mut(), report, &self.headers, false);
+            // A shadow-mode pass is a would-be 429: it always gets them.
+            if self.headers.on_allowed || !report.allowed {
+                write_headers(response.headers_mut(), report, &self.headers, false);
+            }
         }
         response
     }
@@ -208,6 +211,17 @@ impl RateLimitBuilder {
     /// (default on).
     pub fn ietf_headers(mut self, on: bool) -> Self {
         self.headers.ietf = on;
+        self
+    }
+
+    /// Whether to send the rate-limit headers on every served request
+    /// (default on, as GitHub and most APIs do), or only on 429s and on
+    /// shadow mode's would-be 429s. Off, an admitted request costs the
+    /// layer its decision only, without writing the fields into the
+    /// response (most of the layer's cost; see the README's "HTTP servers"
+    /// section); clients then learn their budget from their first 429.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.headers.on_allowed = on;
         self
     }
 

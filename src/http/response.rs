@@ -136,6 +136,9 @@ fn json_string(s: &str) -> String {
 pub(crate) struct HeaderOptions {
     pub(crate) x_ratelimit: bool,
     pub(crate) ietf: bool,
+    /// On served requests that no limit denied too, not only on 429s (and
+    /// shadow-mode would-be 429s).
+    pub(crate) on_allowed: bool,
     pub(crate) reset: ResetFormat,
 }
 
@@ -144,6 +147,7 @@ impl Default for HeaderOptions {
         HeaderOptions {
             x_ratelimit: true,
             ietf: true,
+            on_allowed: true,
             reset: ResetFormat::UnixSeconds,
         }
     }
