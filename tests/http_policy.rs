@@ -4,8 +4,8 @@
 //! in the headers, a shadow policy never answers 429, policies are tried
 //! in the order given, a policy keyed on an application's own name is a
 //! typed error (and works with an explicit extractor), and (feature
-//! `redis`) a Redis-backend policy decides behind the layer against a real
-//! `redis-server`.
+//! `redis`) Redis-backend, synced and leased policies decide behind the
+//! layer against a real `redis-server`.
 
 #[cfg(feature = "redis")]
 #[path = "support/redis_server.rs"]
@@ -342,4 +342,37 @@ async fn a_redis_policy_decides_behind_the_layer() {
         partner[0].header("ratelimit-policy"),
         Some(r#""shared";q=5;w=3600"#)
     );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_and_leased_policies_decide_behind_the_layer() {
+    let server = redis_server::RedisServer::start();
+    let file = PolicyFile::from_toml(&format!(
+        r#"
+        [policies.synced]
+        algorithm = "fixed_window"
+        quota = "3/h"
+        key = "header:x-api-key"
+        backend = {{ kind = "synced", url = "{url}", prefix = "http-synced" }}
+
+        [policies.leased]
+        quota = "3/h"
+        key = "header:x-api-key"
+        backend = {{ kind = "leased", url = "{url}", prefix = "http-leased" }}
+        "#,
+        url = server.url()
+    ))
+    .unwrap();
+    for name in ["synced", "leased"] {
+        let layer = RateLimitLayer::from_policies(&file, &[name]).await.unwrap();
+        let mut client = Client::connect(serve(app(layer)).await).await;
+        let replies = send_n(&mut client, 5, &[("x-api-key", "acct-1")]).await;
+        assert_eq!(statuses(&replies), [200, 200, 200, 429, 429], "{name}");
+        assert_eq!(replies[0].num("x-ratelimit-limit"), 3, "{name}");
+        assert_eq!(
+            replies[0].header("ratelimit-policy"),
+            Some(format!(r#""{name}";q=3;w=3600"#).as_str())
+        );
+    }
 }
