@@ -17,7 +17,7 @@ use axum::Router;
 use axum::routing::get;
 use rategate::http::{BuildError, KeyExtractor, PolicyLayerError, RateLimitLayer, Rule, Tier};
 use rategate::policy::TierId;
-use rategate::policy::config::{PolicyFile, PolicyLimiter};
+use rategate::policy::config::{Backends, PolicyFile, PolicyLimiter};
 use std::sync::Arc;
 use support::{Client, Reply, serve};
 
@@ -233,6 +233,43 @@ async fn a_shadow_rule_must_stand_alone_in_its_tier() {
             rule: "new-limit".into()
         }
     );
+}
+
+#[tokio::test]
+async fn policies_in_one_tier_are_all_or_nothing() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.hourly]
+        algorithm = "fixed_window"
+        quota = "3/h"
+        key = "ip"
+
+        [policies.burst]
+        algorithm = "fixed_window"
+        quota = "2/h"
+        key = "ip"
+        "#,
+    )
+    .unwrap();
+    let hourly = limiter(&file, "hourly").await;
+    let tier = Tier::new("clients", KeyExtractor::peer_ip())
+        .rule(Rule::from_policy(Arc::clone(&hourly)))
+        .rule(Rule::from_policy(limiter(&file, "burst").await));
+    let layer = RateLimitLayer::builder().tier(tier).build().unwrap();
+    let mut client = Client::connect(serve(app(layer)).await).await;
+    let replies = send_n(&mut client, 4, &[]).await;
+    assert_eq!(statuses(&replies), [200, 200, 429, 429]);
+    assert_eq!(
+        replies[1].header("ratelimit-policy"),
+        Some(r#""hourly";q=3;w=3600, "burst";q=2;w=3600"#)
+    );
+    assert!(replies[3].body.contains(r#""policy":"burst""#));
+    // The denials charged nothing to the hourly limit: one left there.
+    let Backends::Memory(tiers) = hourly.backends() else {
+        panic!("a memory policy");
+    };
+    let left = tiers.select("127.0.0.1").limiter().peek_n("127.0.0.1", 0);
+    assert_eq!(left.unwrap().remaining(), 1);
 }
 
 #[tokio::test]

@@ -110,6 +110,12 @@ impl Backend for SyncPolicy {
     fn quota_for(&self, key: &str) -> Quota {
         self.0.quota_of(key)
     }
+
+    fn lock_id(&self, key: &str) -> u64 {
+        // One key's state, one lock, as for a keyed limiter: clients are
+        // not serialized on one stripe.
+        crate::policy::keyed_lock_id(Arc::as_ptr(&self.0).cast::<()>() as usize, key)
+    }
 }
 
 /// A policy on Redis (one call per decision), or synced or leased (local
@@ -148,7 +154,10 @@ impl Rule {
     ///
     /// A policy in memory is checked in `call`, like [`Rule::new`]; on
     /// Redis, synced or leased it is awaited, like
-    /// [`Rule::new_async`] (so it must be its tier's only rule).
+    /// [`Rule::new_async`] (so it must be its tier's only rule; a synced
+    /// policy too, since it has no peek to take part in an all-or-nothing
+    /// check). A shadow policy must also be its tier's only rule
+    /// ([`Rule::shadow`]).
     ///
     /// # Examples
     ///
