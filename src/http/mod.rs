@@ -23,13 +23,12 @@
 //!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
 //!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
 //!   when Redis cannot, and the synced and leased limiters).
-//! * Policy files (features `tower` and `serde`): a
-//!   [`PolicyLimiter`](crate::policy::config::PolicyLimiter) as a rule
-//!   ([`Rule::from_policy`]) or a tier ([`Tier::from_policy`]: its key
-//!   kind as the key), or a whole layer from a
-//!   [`PolicyFile`](crate::policy::config::PolicyFile)
-//!   ([`RateLimitLayer::from_policies`]); the headers report the quota of
-//!   each key's tier, and a policy's `shadow = true` admits while counting.
+//! * Policy files (features `tower` and `serde`): a `PolicyLimiter` (from
+//!   `policy::config`) as a rule (`Rule::from_policy`) or a tier
+//!   (`Tier::from_policy`: its key kind as the key), or a whole layer from
+//!   a `PolicyFile` (`RateLimitLayer::from_policies`); the headers report
+//!   the quota of each key's tier, and a policy's `shadow = true` admits
+//!   while counting.
 //! * Answers: 429 with `retry-after` (whole seconds, rounded up, never 0)
 //!   and an RFC 9457 problem body ([`problem_response`]), replaceable
 //!   ([`Rejection`]).

@@ -332,6 +332,7 @@ impl PolicyLimiter {
     /// Decides as [`try_check_n`](Self::try_check_n) would, recording
     /// nothing: `None` unless the policy is in memory (the other backends
     /// have no peek).
+    #[cfg(feature = "tower")]
     pub(crate) fn try_peek_n(&self, key: &str, cost: u32) -> Option<Result<Decision, CheckError>> {
         match &self.backends {
             Backends::Memory(t) => Some(t.select(key).limiter().peek_n(key, cost)),
@@ -342,6 +343,7 @@ impl PolicyLimiter {
 
     /// Whether the policy's limiters are in this process and decide
     /// without waiting and with a peek (the memory backend).
+    #[cfg(feature = "tower")]
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self.backends, Backends::Memory(_))
     }
@@ -350,6 +352,7 @@ impl PolicyLimiter {
     /// for a slice when its local one cannot cover `cost`
     /// ([`acquire_n`](crate::redis::LeasedLimiter::acquire_n)) rather than
     /// deny.
+    #[cfg(feature = "tower")]
     pub(crate) async fn check_n_waiting(
         &self,
         key: &str,
