@@ -22,7 +22,9 @@
 use axum::Router;
 use axum::routing::get;
 use http::request::Parts;
-use rategate::http::{ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+use rategate::http::{
+    ClientIp, KeyExtractor, Matcher, RateLimitBuilder, RateLimitLayer, Rule, Tier,
+};
 use rategate::{KeyedRateLimiter, Quota, TokenBucket};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -98,6 +100,11 @@ impl Limiters {
     }
 
     pub fn layer(&self) -> RateLimitLayer {
+        self.layer_from(RateLimitLayer::builder())
+    }
+
+    /// The layer, from `builder` (header choices set on it).
+    pub fn layer_from(&self, builder: RateLimitBuilder) -> RateLimitLayer {
         // Built once; each rule holds a clone (an `Arc`).
         let graphql_path = Matcher::path_prefix("/graphql");
         let rest_path = {
@@ -107,7 +114,7 @@ impl Limiters {
         let graphql = || graphql_path.clone();
         let rest = || rest_path.clone();
         let client_ip = ClientIp::new().trust_proxies(["127.0.0.1", "::1"]).unwrap();
-        RateLimitLayer::builder()
+        builder
             .tier(
                 Tier::new("signed-in", KeyExtractor::bearer_token())
                     .rule(Rule::new("hourly", self.token_hourly.clone()).when(rest()))

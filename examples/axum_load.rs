@@ -13,8 +13,10 @@
 //! separate runtimes; the three phases alternate ROUNDS times (default 2). The million-key phase sends exactly 1,000,000
 //! requests (or stops after 120 s). Then the layer alone is timed
 //! in-process, without sockets, per call; `axum_load in-process [CALLS]
-//! [bare|one|bare-token|two]` runs only that part, or one phase of it (for
-//! a profiler: `valgrind --tool=callgrind`).
+//! [bare|one|bare-token|two] [all|ietf|x|denials]` runs only that part, or
+//! one phase of it (for a profiler: `valgrind --tool=callgrind`), with the
+//! layer's header choice: every field (the default), only the IETF pair,
+//! only `x-ratelimit-*`, or headers on 429s only.
 
 #[path = "axum_api.rs"]
 mod api;
@@ -190,7 +192,7 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 
 /// The layer alone, in-process: ns per request through `RateLimit` around
 /// a service that answers at once, against the same service bare.
-fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>) {
+fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str) {
     use tower::{Layer, Service, ServiceExt};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -216,7 +218,14 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>) {
         start.elapsed().as_nanos() as f64 / f64::from(calls)
     };
     let mut bare = inner;
-    let mut limited = limiters.layer().layer(inner);
+    let builder = rategate::http::RateLimitLayer::builder();
+    let builder = match headers {
+        "ietf" => builder.x_ratelimit_headers(false),
+        "x" => builder.ietf_headers(false),
+        "denials" => builder.headers_on_allowed(false),
+        _ => builder,
+    };
+    let mut limited = limiters.layer_from(builder).layer(inner);
     // `only` picks one phase (for a profiler); the rest report 0.
     let mut phase = |name: &str, layer: bool, signed_in: bool| {
         if only.is_some_and(|o| o != name) {
@@ -257,7 +266,13 @@ fn main() {
         // Only the in-process timing (for a profiler such as callgrind).
         let calls = args.nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
         let only = args.next();
-        in_process(&Limiters::new(&generous()), calls, only.as_deref());
+        let headers = args.next().unwrap_or_else(|| "all".to_string());
+        in_process(
+            &Limiters::new(&generous()),
+            calls,
+            only.as_deref(),
+            &headers,
+        );
         return;
     }
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -315,5 +330,5 @@ fn main() {
         limiters.anonymous_hourly.overflow_count()
     );
     assert!(held <= cap, "the key cap was exceeded");
-    in_process(&limiters, 200_000, None);
+    in_process(&limiters, 200_000, None, "all");
 }

@@ -431,6 +431,35 @@ async fn five_rules_are_all_or_nothing_too() {
 }
 
 #[tokio::test]
+async fn long_and_escaped_rule_names_give_exact_values() {
+    // Longer than the values' stack buffer: the heap takes over mid-way.
+    let name = format!("a\"b\\{}é", "x".repeat(300));
+    let quoted = format!("\"a\\\"b\\\\{}_\"", "x".repeat(300));
+    let layer = per_ip(Rule::new(&name, keyed::<FixedWindow>("2/h")));
+    let mut client = Client::connect(serve(app(layer)).await).await;
+    let r = client.get("/").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(format!("{quoted};q=2;w=3600").as_str())
+    );
+    assert_eq!(
+        r.header("ratelimit"),
+        Some(format!("{quoted};r=1;t=3600").as_str())
+    );
+    assert_eq!(r.num("x-ratelimit-remaining"), 1);
+    assert_eq!(r.num("x-ratelimit-used"), 1);
+    client.get("/").await;
+    let denied = client.get("/").await;
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("ratelimit"),
+        Some(format!("{quoted};r=0;t=3600").as_str())
+    );
+    assert!(denied.num("retry-after") >= 1);
+}
+
+#[tokio::test]
 async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
     let layer = RateLimitLayer::builder()
         .tier(
@@ -455,6 +484,55 @@ async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
         (stats.allowed, stats.shadow_limited, stats.limited),
         (2, 3, 0)
     );
+}
+
+#[tokio::test]
+async fn headers_only_on_429s_when_asked() {
+    let layer = RateLimitLayer::builder()
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
+        )
+        .headers_on_allowed(false)
+        .build()
+        .unwrap();
+    let mut client = Client::connect(serve(app(layer.clone())).await).await;
+    for _ in 0..2 {
+        let r = client.get("/").await;
+        assert_eq!(r.status, 200);
+        for name in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-ratelimit-used",
+            "ratelimit-policy",
+            "ratelimit",
+        ] {
+            assert_eq!(r.header(name), None, "{name} on an allowed response");
+        }
+    }
+    let denied = client.get("/").await;
+    assert_eq!(denied.status, 429);
+    assert_eq!(denied.num("x-ratelimit-limit"), 2);
+    assert_eq!(denied.num("x-ratelimit-remaining"), 0);
+    assert_eq!(denied.header("ratelimit-policy"), Some(r#""p";q=2;w=3600"#));
+    assert!(denied.num("retry-after") >= 1);
+
+    // In shadow mode a would-be 429 is served, with its headers.
+    let shadow = RateLimitLayer::builder()
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
+        )
+        .headers_on_allowed(false)
+        .shadow(true)
+        .build()
+        .unwrap();
+    let mut client = Client::connect(serve(app(shadow)).await).await;
+    assert_eq!(client.get("/").await.header("ratelimit"), None);
+    let over = client.get("/").await;
+    assert_eq!(over.status, 200);
+    assert_eq!(over.num("x-ratelimit-remaining"), 0);
 }
 
 #[tokio::test]

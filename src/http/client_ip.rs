@@ -2,6 +2,7 @@
 //! the peer is a trusted proxy, grouped by prefix.
 
 use super::cidr::{Cidr, mask};
+use super::key::Key;
 use http::HeaderMap;
 use http::header::HeaderName;
 use std::net::IpAddr;
@@ -180,6 +181,12 @@ impl ClientIp {
     /// The key for a client at `ip`: the address, or its group
     /// (`2001:db8:1:2::/64`) when the prefix is shorter than the address.
     pub fn key(&self, ip: IpAddr) -> String {
+        self.key_of(ip).into_owned()
+    }
+
+    /// [`key`](Self::key) without an allocation for a whole IPv4 address
+    /// (the common case).
+    pub(crate) fn key_of(&self, ip: IpAddr) -> Key<'static> {
         let ip = ip.to_canonical();
         let prefix = if ip.is_ipv4() {
             self.v4_prefix
@@ -188,19 +195,30 @@ impl ClientIp {
         };
         let full = if ip.is_ipv4() { 32 } else { 128 };
         match ip {
-            // The common case, written without the formatting machinery.
+            // Written on the stack, without the formatting machinery.
             IpAddr::V4(v4) if prefix >= full => {
-                let mut key = String::with_capacity(15);
+                let mut text = [0u8; 15];
+                let mut len = 0;
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
-                        key.push('.');
+                        text[len] = b'.';
+                        len += 1;
                     }
-                    super::fields::write_u64(&mut key, u64::from(octet));
+                    if octet >= 100 {
+                        text[len] = b'0' + octet / 100;
+                        len += 1;
+                    }
+                    if octet >= 10 {
+                        text[len] = b'0' + octet / 10 % 10;
+                        len += 1;
+                    }
+                    text[len] = b'0' + octet % 10;
+                    len += 1;
                 }
-                key
+                Key::Inline { text, len }
             }
-            _ if prefix >= full => ip.to_string(),
-            _ => format!("{}/{prefix}", mask(ip, prefix)),
+            _ if prefix >= full => Key::Owned(ip.to_string()),
+            _ => Key::Owned(format!("{}/{prefix}", mask(ip, prefix))),
         }
     }
 }
@@ -340,7 +358,13 @@ mod tests {
     #[test]
     fn ipv4_keys_are_the_dotted_quad() {
         let c = ClientIp::new();
-        for text in ["0.0.0.0", "10.0.0.1", "192.168.100.9", "255.255.255.255"] {
+        for text in [
+            "0.0.0.0",
+            "10.0.0.1",
+            "192.168.100.9",
+            "255.255.255.255",
+            "1.20.100.109",
+        ] {
             assert_eq!(c.key(ip(text)), text);
         }
         assert_eq!(c.key(ip("::ffff:1.2.3.4")), "1.2.3.4");

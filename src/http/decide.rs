@@ -2,7 +2,7 @@
 //! (all or nothing, as [`AllOf`](crate::policy::AllOf) decides), and report what each limit says.
 
 use super::fields::RateLimitFields;
-use super::key::KeyError;
+use super::key::{Key, KeyError};
 use super::policy::{Backend, BackendFuture, Rule, RuleLimiter, Tier};
 use crate::policy::Limit;
 use crate::sync::Arc;
@@ -15,8 +15,23 @@ use http::request::Parts;
 pub(crate) struct PolicyState {
     pub(crate) name: Arc<str>,
     pub(crate) fields: RateLimitFields,
-    /// The rule's `ratelimit-policy` item, built once with the rule.
+    /// The rule's `ratelimit-policy` item under the key's quota, built
+    /// once with the rule.
     pub(crate) policy: HeaderValue,
+    /// The length of the quoted name that starts `policy` (and the
+    /// `ratelimit` item).
+    pub(crate) name_len: usize,
+}
+
+impl PolicyState {
+    fn new(rule: &Rule, decision: &Decision, quota: &Quota) -> PolicyState {
+        PolicyState {
+            name: Arc::clone(&rule.name),
+            fields: RateLimitFields::new(decision, quota),
+            policy: rule.policy_header(quota),
+            name_len: rule.name_len,
+        }
+    }
 }
 
 /// The rules that applied to a request: one or two inline (most
@@ -51,22 +66,22 @@ pub(crate) struct Report {
     /// fewest remaining.
     pub(crate) binding: usize,
     pub(crate) allowed: bool,
+    /// A shadow rule denied: the request is served, counted as a shadow
+    /// denial.
+    pub(crate) shadow: bool,
     /// On a denial, `retry-after` in whole seconds (at least 1), from the
     /// decision itself.
     pub(crate) retry_after_secs: Option<u64>,
 }
 
 impl Report {
-    fn single(tier: &Tier, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
+    fn single(tier: Arc<str>, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
-            tier: Arc::clone(&tier.name),
-            policies: Policies::One(PolicyState {
-                name: Arc::clone(&rule.name),
-                fields: RateLimitFields::new(decision, quota),
-                policy: rule.policy_header.clone(),
-            }),
+            tier,
+            policies: Policies::One(PolicyState::new(rule, decision, quota)),
             binding: 0,
             allowed: decision.is_allowed(),
+            shadow: rule.shadow && !decision.is_allowed(),
             retry_after_secs: retry_after_secs(decision),
         }
     }
@@ -80,8 +95,8 @@ impl Report {
 /// A check still waiting on an async backend.
 pub(crate) struct Pending {
     pub(crate) tier: Arc<str>,
-    pub(crate) policy: Arc<str>,
-    pub(crate) policy_header: HeaderValue,
+    /// The rule (a clone: the check outlives the call).
+    pub(crate) rule: Rule,
     pub(crate) quota: Quota,
     pub(crate) future: BackendFuture,
 }
@@ -90,20 +105,16 @@ impl Pending {
     /// The verdict once the backend has answered.
     pub(crate) fn finish(&self, result: Result<Decision, CheckError>) -> Verdict {
         match result {
-            Ok(decision) => Verdict::Decided(Report {
-                tier: Arc::clone(&self.tier),
-                policies: Policies::One(PolicyState {
-                    name: Arc::clone(&self.policy),
-                    fields: RateLimitFields::new(&decision, &self.quota),
-                    policy: self.policy_header.clone(),
-                }),
-                binding: 0,
-                allowed: decision.is_allowed(),
-                retry_after_secs: retry_after_secs(&decision),
-            }),
+            Ok(decision) => Verdict::Decided(Report::single(
+                Arc::clone(&self.tier),
+                &self.rule,
+                &decision,
+                &self.quota,
+            )),
             Err(error) => Verdict::CostTooHigh {
-                policy: Arc::clone(&self.policy),
+                policy: Arc::clone(&self.rule.name),
                 error,
+                shadow: self.rule.shadow,
             },
         }
     }
@@ -117,8 +128,13 @@ pub(crate) enum Verdict {
     Decided(Report),
     /// No tier found a key.
     NoKey(KeyError),
-    /// A rule's cost can never pass.
-    CostTooHigh { policy: Arc<str>, error: CheckError },
+    /// A rule's cost can never pass (`shadow`: the rule is in shadow
+    /// mode, so the request is served).
+    CostTooHigh {
+        policy: Arc<str>,
+        error: CheckError,
+        shadow: bool,
+    },
     /// An async backend must be awaited.
     Pending(Pending),
 }
@@ -127,7 +143,7 @@ pub(crate) enum Verdict {
 pub(crate) fn decide(tiers: &[Tier], parts: &Parts) -> Verdict {
     let mut last_error = None;
     for tier in tiers {
-        match tier.key.extract(parts) {
+        match tier.key.extract_key(parts) {
             Ok(key) => return decide_tier(tier, key, parts),
             Err(error) => last_error = Some(error),
         }
@@ -137,7 +153,7 @@ pub(crate) fn decide(tiers: &[Tier], parts: &Parts) -> Verdict {
     last_error.map_or(Verdict::Unlimited, Verdict::NoKey)
 }
 
-fn decide_tier(tier: &Tier, key: String, parts: &Parts) -> Verdict {
+fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts) -> Verdict {
     let mut applying = tier.rules.iter().filter(|rule| rule.applies(parts));
     let Some(first) = applying.next() else {
         return Verdict::Unlimited;
@@ -148,6 +164,7 @@ fn decide_tier(tier: &Tier, key: String, parts: &Parts) -> Verdict {
     // Several rules, all in memory (the builder refuses an async rule
     // beside others). Each matcher runs once; up to `INLINE` members stay
     // on the stack.
+    let key = key.as_str();
     let mut members = [first, second]
         .into_iter()
         .chain(applying)
@@ -155,7 +172,7 @@ fn decide_tier(tier: &Tier, key: String, parts: &Parts) -> Verdict {
             RuleLimiter::Sync(backend) => Some(Bound {
                 rule,
                 backend: &**backend,
-                key: &key,
+                key,
                 cost: rule.cost_of(parts),
             }),
             RuleLimiter::Async(_) => None,
@@ -184,26 +201,38 @@ fn decide_tier(tier: &Tier, key: String, parts: &Parts) -> Verdict {
     }
 }
 
-/// The common case, one rule: one check, nothing allocated but the key.
-fn decide_one(tier: &Tier, rule: &Rule, key: String, parts: &Parts) -> Verdict {
+/// The common case, one rule: one check, nothing allocated (the key
+/// borrowed or on the stack, unless the backend is async or the key new).
+fn decide_one(tier: &Tier, rule: &Rule, key: Key<'_>, parts: &Parts) -> Verdict {
     let cost = rule.cost_of(parts);
     match &rule.limiter {
-        RuleLimiter::Sync(backend) => match backend.check_n(&key, cost) {
-            Ok(decision) => {
-                Verdict::Decided(Report::single(tier, rule, &decision, &backend.quota()))
-            }
-            Err(error) => Verdict::CostTooHigh {
-                policy: Arc::clone(&rule.name),
-                error,
-            },
-        },
+        RuleLimiter::Sync(backend) => {
+            let key = key.as_str();
+            decide_sync(tier, rule, &**backend, key, cost)
+        }
         RuleLimiter::Async(backend) => Verdict::Pending(Pending {
             tier: Arc::clone(&tier.name),
-            policy: Arc::clone(&rule.name),
-            policy_header: rule.policy_header.clone(),
-            quota: backend.quota(),
-            future: backend.check_n(key, cost),
+            rule: rule.clone(),
+            quota: backend.quota_for(key.as_str()),
+            future: backend.check_n(key.into_owned(), cost),
         }),
+    }
+}
+
+/// One in-memory rule.
+fn decide_sync(tier: &Tier, rule: &Rule, backend: &dyn Backend, key: &str, cost: u32) -> Verdict {
+    match backend.check_n(key, cost) {
+        Ok(decision) => Verdict::Decided(Report::single(
+            Arc::clone(&tier.name),
+            rule,
+            &decision,
+            &backend.quota_for(key),
+        )),
+        Err(error) => Verdict::CostTooHigh {
+            policy: Arc::clone(&rule.name),
+            error,
+            shadow: rule.shadow,
+        },
     }
 }
 
@@ -233,7 +262,7 @@ impl Limit for Bound<'_> {
     }
 
     fn quota(&self) -> Option<Quota> {
-        Some(self.backend.quota())
+        Some(self.backend.quota_for(self.key))
     }
 
     fn state_id(&self) -> usize {
@@ -277,13 +306,12 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>]) -> Verdict {
             return Verdict::CostTooHigh {
                 policy: Arc::clone(&members[error.member].rule.name),
                 error: error.error,
+                shadow: false,
             };
         }
     };
-    let state = |(member, decision): (&Bound<'_>, &Decision)| PolicyState {
-        name: Arc::clone(&member.rule.name),
-        fields: RateLimitFields::new(decision, &member.backend.quota()),
-        policy: member.rule.policy_header.clone(),
+    let state = |(member, decision): (&Bound<'_>, &Decision)| {
+        PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
     };
     let policies = match (members, &*decisions) {
         ([a, b], [da, db]) => Policies::Two([state((a, da)), state((b, db))]),
@@ -294,6 +322,8 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>]) -> Verdict {
         policies,
         binding: report.binding().unwrap_or(0),
         allowed: report.is_allowed(),
+        // A shadow rule stands alone in its tier.
+        shadow: false,
         retry_after_secs: retry_after_secs(&report.decision()),
     })
 }

@@ -176,10 +176,15 @@ impl RateLimitFields {
     /// nothing.
     pub(crate) fn write_state_item(&self, out: &mut impl AsciiSink, name: &str) {
         write_sf_string(out, name);
+        self.write_state_params(out);
+    }
+
+    /// Writes the state item's parameters, `;r=50;t=30`.
+    pub(crate) fn write_state_params(&self, out: &mut impl AsciiSink) {
         out.put(b";r=");
-        write_u64(out, u64::from(self.remaining));
+        out.put_u64(u64::from(self.remaining));
         out.put(b";t=");
-        write_u64(out, self.reset_secs());
+        out.put_u64(self.reset_secs());
     }
 }
 
@@ -188,6 +193,11 @@ impl RateLimitFields {
 pub(crate) trait AsciiSink {
     /// Appends `ascii`.
     fn put(&mut self, ascii: &[u8]);
+
+    /// Appends `n` in decimal.
+    fn put_u64(&mut self, n: u64) {
+        write_u64(self, n);
+    }
 }
 
 impl AsciiSink for String {
@@ -226,20 +236,47 @@ pub(crate) fn write_sf_string(out: &mut impl AsciiSink, name: &str) {
     out.put(b"\"");
 }
 
-/// Writes `n` in decimal without the formatting machinery (a response
-/// carries up to a dozen numbers).
-pub(crate) fn write_u64(out: &mut impl AsciiSink, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// Two decimal digits for each of 0..100: `00`, `01`, ..., `99`.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// How many decimal digits `n` has.
+pub(crate) fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+/// Writes `n` in decimal over the whole of `out`, which must be
+/// [`decimal_len(n)`](decimal_len) bytes long (a longer one keeps the
+/// leading zeros). Two digits per division.
+pub(crate) fn format_u64(mut n: u64, out: &mut [u8]) {
+    let mut at = out.len();
+    while n >= 10 && at >= 2 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        out[at] = PAIRS[pair];
+        out[at + 1] = PAIRS[pair + 1];
     }
-    out.put(&digits[at..]);
+    // An odd digit left, or the number 0.
+    if (n > 0 || at == out.len()) && at >= 1 {
+        at -= 1;
+        out[at] = b'0' + (n % 10) as u8;
+    }
+    for b in &mut out[..at] {
+        *b = b'0';
+    }
+}
+
+/// Writes `n` in decimal without the formatting machinery.
+pub(crate) fn write_u64(out: &mut (impl AsciiSink + ?Sized), n: u64) {
+    let mut digits = [0u8; 20];
+    let len = decimal_len(n);
+    format_u64(n, &mut digits[..len]);
+    out.put(&digits[..len]);
 }
 
 #[cfg(test)]
@@ -298,7 +335,7 @@ mod tests {
 
     #[test]
     fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 99, 1_000_000_007, u64::MAX] {
+        for n in (0..1000).chain([9_999, 10_000, 99_999, 1_000_000_007, u64::MAX - 1, u64::MAX]) {
             let mut out = String::new();
             write_u64(&mut out, n);
             assert_eq!(out, n.to_string());

@@ -187,18 +187,56 @@ impl KeyExtractor {
     ///
     /// A [`KeyError`] saying what was missing.
     pub fn extract(&self, parts: &Parts) -> Result<String, KeyError> {
+        self.extract_key(parts).map(Key::into_owned)
+    }
+
+    /// [`extract`](Self::extract), borrowing the key from the request
+    /// where it can (a header's value), else on the stack (an IPv4
+    /// address), else allocated.
+    pub(crate) fn extract_key<'a>(&self, parts: &'a Parts) -> Result<Key<'a>, KeyError> {
         match &self.kind {
             Kind::Ip(client_ip) => {
                 let peer = peer_addr(parts).ok_or(KeyError::NoPeerAddress)?;
-                Ok(client_ip.key(client_ip.resolve(peer.ip(), &parts.headers)))
+                Ok(client_ip.key_of(client_ip.resolve(peer.ip(), &parts.headers)))
             }
             Kind::Header {
                 name,
                 bearer,
                 max_len,
-            } => header_key(parts, name, *bearer, *max_len),
-            Kind::Global => Ok(String::from("global")),
-            Kind::Custom(f) => f(parts),
+            } => header_key(parts, name, *bearer, *max_len).map(Key::Borrowed),
+            Kind::Global => Ok(Key::Borrowed("global")),
+            Kind::Custom(f) => f(parts).map(Key::Owned),
+        }
+    }
+}
+
+/// A request's key: borrowed from the request, on the stack, or owned.
+pub(crate) enum Key<'a> {
+    Borrowed(&'a str),
+    /// A dotted-quad IPv4 address, `len` bytes of ASCII.
+    Inline {
+        text: [u8; 15],
+        len: usize,
+    },
+    Owned(String),
+}
+
+impl Key<'_> {
+    /// The key's text.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(key) => key,
+            // Digits and dots: ASCII, so always UTF-8.
+            Key::Inline { text, len } => std::str::from_utf8(&text[..(*len).min(15)]).unwrap_or(""),
+            Key::Owned(key) => key,
+        }
+    }
+
+    /// The key as a `String`.
+    pub(crate) fn into_owned(self) -> String {
+        match self {
+            Key::Owned(key) => key,
+            other => other.as_str().to_owned(),
         }
     }
 }
@@ -222,12 +260,12 @@ pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
     parts.extensions.get::<SocketAddr>().copied()
 }
 
-fn header_key(
-    parts: &Parts,
+fn header_key<'a>(
+    parts: &'a Parts,
     name: &HeaderName,
     bearer: bool,
     max_len: usize,
-) -> Result<String, KeyError> {
+) -> Result<&'a str, KeyError> {
     let invalid = || KeyError::InvalidHeader(name.clone());
     // The first value only: a client that repeats the header gets no say
     // over which one counts.
@@ -252,9 +290,7 @@ fn header_key(
         return Err(invalid());
     }
     // Visible ASCII only, checked above: valid UTF-8.
-    std::str::from_utf8(key)
-        .map(str::to_owned)
-        .map_err(|_| invalid())
+    std::str::from_utf8(key).map_err(|_| invalid())
 }
 
 #[cfg(test)]

@@ -23,6 +23,12 @@
 //!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
 //!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
 //!   when Redis cannot, and the synced and leased limiters).
+//! * Policy files (features `tower` and `serde`): a `PolicyLimiter` (from
+//!   `policy::config`) as a rule (`Rule::from_policy`) or a tier
+//!   (`Tier::from_policy`: its key kind as the key), or a whole layer from
+//!   a `PolicyFile` (`RateLimitLayer::from_policies`); the headers report
+//!   the quota of each key's tier, and a policy's `shadow = true` admits
+//!   while counting.
 //! * Answers: 429 with `retry-after` (whole seconds, rounded up, never 0)
 //!   and an RFC 9457 problem body ([`problem_response`]), replaceable
 //!   ([`Rejection`]).
@@ -42,6 +48,8 @@ mod cidr;
 mod client_ip;
 #[cfg(feature = "tower")]
 mod decide;
+#[cfg(all(feature = "tower", feature = "serde"))]
+mod from_policy;
 #[cfg(feature = "tower")]
 mod future;
 #[cfg(feature = "tower")]
@@ -61,6 +69,8 @@ pub use body::ResponseBody;
 pub use cidr::{Cidr, CidrError};
 #[cfg(feature = "tower")]
 pub use client_ip::{ClientIp, ForwardedHeader};
+#[cfg(all(feature = "tower", feature = "serde"))]
+pub use from_policy::PolicyLayerError;
 #[cfg(feature = "tower")]
 pub use future::ResponseFuture;
 #[cfg(feature = "tower")]

@@ -36,6 +36,14 @@ pub trait Backend: Send + Sync + 'static {
     /// report).
     fn quota(&self) -> Quota;
 
+    /// The quota `key` is checked under, which the headers report:
+    /// [`quota`](Backend::quota) unless keys have quotas of their own (a
+    /// policy's tiers).
+    fn quota_for(&self, key: &str) -> Quota {
+        let _ = key;
+        self.quota()
+    }
+
     /// Which lock stripe guards `key`'s state when several rules are
     /// checked together (see
     /// [`Limit::lock_id`](crate::policy::Limit::lock_id)): the same for
@@ -137,6 +145,14 @@ pub trait AsyncBackend: Send + Sync + 'static {
 
     /// The quota enforced.
     fn quota(&self) -> Quota;
+
+    /// The quota `key` is checked under, which the headers report:
+    /// [`quota`](AsyncBackend::quota) unless keys have quotas of their own
+    /// (a policy's tiers).
+    fn quota_for(&self, key: &str) -> Quota {
+        let _ = key;
+        self.quota()
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -201,6 +217,10 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 
     fn quota(&self) -> Quota {
         (**self).quota()
+    }
+
+    fn quota_for(&self, key: &str) -> Quota {
+        (**self).quota_for(key)
     }
 }
 
@@ -272,6 +292,18 @@ impl Matcher {
     }
 }
 
+/// The `ratelimit-policy` item of `name` under `quota`.
+fn policy_header(name: &str, quota: &Quota) -> HeaderValue {
+    // The item depends on the quota only; any decision gives it. Names are
+    // escaped into printable ASCII, so the value always parses.
+    let item = RateLimitFields::new(
+        &crate::Decision::allow(quota.limit(), quota.limit(), 0),
+        quota,
+    )
+    .policy_item(name);
+    HeaderValue::from_str(&item).unwrap_or_else(|_| HeaderValue::from_static("\"default\";q=0"))
+}
+
 fn is_read(method: &Method) -> bool {
     *method == Method::GET || *method == Method::HEAD || *method == Method::OPTIONS
 }
@@ -310,8 +342,15 @@ pub struct Rule {
     pub(crate) limiter: RuleLimiter,
     pub(crate) when: Option<Matcher>,
     pub(crate) cost: Option<Arc<CostFn>>,
-    /// `"name";q=..;w=..`: fixed by the name and the quota.
-    pub(crate) policy_header: HeaderValue,
+    /// `"name";q=..;w=..` for each quota the rule checks under (its
+    /// backend's first, then a policy's other tiers'): fixed by the name
+    /// and the quota, built once.
+    pub(crate) policy_headers: Arc<[(Quota, HeaderValue)]>,
+    /// The length of the quoted name that starts each item (the
+    /// `ratelimit` item starts with it too).
+    pub(crate) name_len: usize,
+    /// Decided and counted, never denied.
+    pub(crate) shadow: bool,
 }
 
 impl fmt::Debug for Rule {
@@ -342,25 +381,44 @@ impl Rule {
         Rule::from_limiter(name, RuleLimiter::Async(Arc::new(limiter)))
     }
 
-    fn from_limiter(name: &str, limiter: RuleLimiter) -> Rule {
+    pub(crate) fn from_limiter(name: &str, limiter: RuleLimiter) -> Rule {
         let quota = match &limiter {
             RuleLimiter::Sync(b) => b.quota(),
             RuleLimiter::Async(b) => b.quota(),
         };
-        // The item depends on the quota only; any decision gives it. Names
-        // are escaped into printable ASCII, so the value always parses.
-        let item = RateLimitFields::new(
-            &crate::Decision::allow(quota.limit(), quota.limit(), 0),
-            &quota,
-        )
-        .policy_item(name);
+        let mut quoted = String::new();
+        super::fields::write_sf_string(&mut quoted, name);
         Rule {
             name: Arc::from(name),
             limiter,
             when: None,
             cost: None,
-            policy_header: HeaderValue::from_str(&item)
-                .unwrap_or_else(|_| HeaderValue::from_static("\"default\";q=0")),
+            policy_headers: Arc::from([(quota, policy_header(name, &quota))]),
+            name_len: quoted.len(),
+            shadow: false,
+        }
+    }
+
+    /// Adds the `ratelimit-policy` items of `quotas` (a policy's tiers) to
+    /// those built once.
+    #[cfg(feature = "serde")]
+    pub(crate) fn with_tier_quotas(mut self, quotas: &[Quota]) -> Rule {
+        let mut headers = self.policy_headers.to_vec();
+        for quota in quotas {
+            if !headers.iter().any(|(q, _)| q == quota) {
+                headers.push((*quota, policy_header(&self.name, quota)));
+            }
+        }
+        self.policy_headers = Arc::from(headers);
+        self
+    }
+
+    /// The `ratelimit-policy` item under `quota`: built once for the
+    /// rule's quotas, else now.
+    pub(crate) fn policy_header(&self, quota: &Quota) -> HeaderValue {
+        match self.policy_headers.iter().find(|(q, _)| q == quota) {
+            Some((_, header)) => header.clone(),
+            None => policy_header(&self.name, quota),
         }
     }
 
@@ -375,6 +433,18 @@ impl Rule {
     /// [`Rejection::CostTooHigh`](super::Rejection::CostTooHigh)).
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Rule {
         self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Shadow mode for this rule alone (a dry run of one new limit): its
+    /// requests are decided, counted and given headers, but a denial
+    /// serves the request and counts in
+    /// [`LayerStats::shadow_limited`](super::LayerStats::shadow_limited).
+    /// A denied request consumes nothing, as always. Such a rule must be
+    /// its tier's only one
+    /// ([`BuildError::ShadowNotAlone`](super::BuildError::ShadowNotAlone)).
+    pub fn shadow(mut self, on: bool) -> Rule {
+        self.shadow = on;
         self
     }
 

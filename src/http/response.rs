@@ -6,7 +6,7 @@ use super::fields::*;
 use super::key::KeyError;
 use crate::CheckError;
 use crate::sync::Arc;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use std::fmt::Write;
@@ -136,6 +136,9 @@ fn json_string(s: &str) -> String {
 pub(crate) struct HeaderOptions {
     pub(crate) x_ratelimit: bool,
     pub(crate) ietf: bool,
+    /// On served requests that no limit denied too, not only on 429s (and
+    /// shadow-mode would-be 429s).
+    pub(crate) on_allowed: bool,
     pub(crate) reset: ResetFormat,
 }
 
@@ -144,6 +147,7 @@ impl Default for HeaderOptions {
         HeaderOptions {
             x_ratelimit: true,
             ietf: true,
+            on_allowed: true,
             reset: ResetFormat::UnixSeconds,
         }
     }
@@ -161,8 +165,10 @@ const STATE: HeaderName = HeaderName::from_static(RATELIMIT);
 /// Adds `report`'s headers to `headers`; `retry-after` too when `denied`
 /// (a 429 is being sent, not a shadow-mode pass).
 ///
-/// Every value is written into one buffer, and each header value is a
-/// slice of it: one allocation per response, not one per value.
+/// Every value is written into one buffer on the stack, moved into one
+/// allocation, and each header value is a slice of it: one allocation per
+/// response, not one per value. `ratelimit-policy` of one rule is the
+/// rule's own, built once.
 pub(crate) fn write_headers(
     headers: &mut HeaderMap,
     report: &Report,
@@ -170,15 +176,8 @@ pub(crate) fn write_headers(
     denied: bool,
 ) {
     let binding = &report.binding().fields;
-    let mut buf = Buf(BytesMut::with_capacity(
-        64 + report.policies.len() * 48 + usize::from(denied) * 8,
-    ));
-    let mut numbers = [
-        (LIMIT, 0..0),
-        (REMAINING, 0..0),
-        (RESET, 0..0),
-        (USED, 0..0),
-    ];
+    let mut buf = Buf::new();
+    let mut numbers = [0..0, 0..0, 0..0, 0..0];
     if options.x_ratelimit {
         let unix_now = match options.reset {
             ResetFormat::DeltaSeconds => 0,
@@ -194,7 +193,7 @@ pub(crate) fn write_headers(
             binding.reset_value(options.reset, unix_now),
             u64::from(binding.used()),
         ];
-        for ((_, range), value) in numbers.iter_mut().zip(values) {
+        for (range, value) in numbers.iter_mut().zip(values) {
             *range = buf.number(value);
         }
     }
@@ -205,21 +204,30 @@ pub(crate) fn write_headers(
         if report.policies.len() > 1 {
             policy = buf.list(report, |p, out| out.put(p.policy.as_bytes()));
         }
-        state = buf.list(report, |p, out| p.fields.write_state_item(out, &p.name));
+        state = buf.list(report, |p, out| {
+            // The quoted name, as the policy item starts with it.
+            match p.policy.as_bytes().get(..p.name_len) {
+                Some(quoted) => {
+                    out.put(quoted);
+                    p.fields.write_state_params(out);
+                }
+                None => p.fields.write_state_item(out, &p.name),
+            }
+        });
     }
     let retry = if denied {
         buf.number(report.retry_after_secs.unwrap_or(1).max(1))
     } else {
         0..0
     };
-    let buf = buf.0.freeze();
+    let buf = buf.freeze();
     // Every value is visible ASCII by construction (names are escaped); one
     // that still fails is left out, not a panic.
     let value = |range: std::ops::Range<usize>| HeaderValue::from_maybe_shared(buf.slice(range));
     // Up to seven fields: one growth of the map instead of several.
     headers.reserve(7);
     if options.x_ratelimit {
-        for (name, range) in numbers {
+        for (name, range) in [LIMIT, REMAINING, RESET, USED].into_iter().zip(numbers) {
             if let Ok(v) = value(range) {
                 headers.insert(name, v);
             }
@@ -244,15 +252,49 @@ pub(crate) fn write_headers(
     }
 }
 
+/// Bytes a response's header values take on the stack: one or two rules
+/// with names of usual length; more move to the heap.
+const INLINE_BYTES: usize = 192;
+
+/// The header values written on the stack.
+struct Inline {
+    bytes: [u8; INLINE_BYTES],
+    len: usize,
+}
+
+impl AsRef<[u8]> for Inline {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len.min(INLINE_BYTES)]
+    }
+}
+
 /// The response's header values, written one after another.
-struct Buf(BytesMut);
+struct Buf {
+    inline: Inline,
+    /// Everything, once the values outgrow `inline`.
+    spill: Option<Vec<u8>>,
+}
 
 impl Buf {
+    fn new() -> Buf {
+        Buf {
+            inline: Inline {
+                bytes: [0; INLINE_BYTES],
+                len: 0,
+            },
+            spill: None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.spill.as_ref().map_or(self.inline.len, Vec::len)
+    }
+
     /// Appends `n`; returns where it lies.
     fn number(&mut self, n: u64) -> std::ops::Range<usize> {
-        let start = self.0.len();
-        write_u64(self, n);
-        start..self.0.len()
+        let start = self.len();
+        self.put_u64(n);
+        start..self.len()
     }
 
     /// Appends the policies' items, `, `-separated (a Structured Field
@@ -262,20 +304,66 @@ impl Buf {
         report: &Report,
         item: impl Fn(&super::decide::PolicyState, &mut Buf),
     ) -> std::ops::Range<usize> {
-        let start = self.0.len();
+        let start = self.len();
         for (i, policy) in report.policies.iter().enumerate() {
             if i > 0 {
-                self.0.extend_from_slice(b", ");
+                self.put(b", ");
             }
             item(policy, self);
         }
-        start..self.0.len()
+        start..self.len()
+    }
+
+    /// The values in one shared allocation: the stack buffer moved into
+    /// it, or the heap one.
+    fn freeze(self) -> Bytes {
+        match self.spill {
+            Some(spill) => Bytes::from(spill),
+            None => Bytes::from_owner(self.inline),
+        }
     }
 }
 
 impl AsciiSink for Buf {
+    #[inline]
     fn put(&mut self, ascii: &[u8]) {
-        self.0.extend_from_slice(ascii);
+        let Inline { bytes, len } = &mut self.inline;
+        match bytes.get_mut(*len..*len + ascii.len()) {
+            Some(free) if self.spill.is_none() => {
+                free.copy_from_slice(ascii);
+                *len += ascii.len();
+            }
+            _ => self.put_spilled(ascii),
+        }
+    }
+
+    /// Formats `n` in place, copying nothing.
+    #[inline]
+    fn put_u64(&mut self, n: u64) {
+        let digits = decimal_len(n);
+        let Inline { bytes, len } = &mut self.inline;
+        match bytes.get_mut(*len..*len + digits) {
+            Some(free) if self.spill.is_none() => {
+                format_u64(n, free);
+                *len += digits;
+            }
+            _ => write_u64(self, n),
+        }
+    }
+}
+
+impl Buf {
+    /// Appends `ascii` on the heap, moving what the stack holds there
+    /// first.
+    #[cold]
+    fn put_spilled(&mut self, ascii: &[u8]) {
+        let inline = &self.inline;
+        let spill = self.spill.get_or_insert_with(|| {
+            let mut spill = Vec::with_capacity(2 * INLINE_BYTES);
+            spill.extend_from_slice(inline.as_ref());
+            spill
+        });
+        spill.extend_from_slice(ascii);
     }
 }
 

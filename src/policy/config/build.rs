@@ -210,6 +210,8 @@ pub struct PolicyLimiter {
     key: KeyKind,
     shadow: bool,
     tiers: Vec<(String, Quota)>,
+    /// The default tier's quota (also that of a tier id beyond the last).
+    default_quota: Quota,
     backends: Backends,
 }
 
@@ -257,6 +259,7 @@ impl PolicyLimiter {
             key: policy.key.clone(),
             shadow: policy.shadow,
             tiers: policy.tiers.clone(),
+            default_quota: *policy.quota(),
             backends,
         })
     }
@@ -342,6 +345,67 @@ impl PolicyLimiter {
             Some(result) => result,
             None => unreachable_backend(),
         }
+    }
+
+    /// The default tier's quota (the policy's `quota`).
+    pub fn quota(&self) -> Quota {
+        self.default_quota
+    }
+
+    /// The quota `key` is checked under now: its tier's (an override, else
+    /// the resolver's answer; the default tier for an id beyond the last).
+    pub fn quota_of(&self, key: &str) -> Quota {
+        let tier = match &self.backends {
+            Backends::Memory(t) => t.tier_of(key),
+            #[cfg(feature = "redis")]
+            Backends::Redis(t) => t.tier_of(key),
+            #[cfg(feature = "redis")]
+            Backends::Synced(t) => t.tier_of(key),
+            #[cfg(feature = "redis")]
+            Backends::Leased(t) => t.tier_of(key),
+        };
+        // A built policy has at least its default tier.
+        self.tiers
+            .get(tier.index())
+            .map_or(self.default_quota, |(_, q)| *q)
+    }
+
+    /// Decides as [`try_check_n`](Self::try_check_n) would, recording
+    /// nothing: `None` unless the policy is in memory (the other backends
+    /// have no peek).
+    #[cfg(feature = "tower")]
+    pub(crate) fn try_peek_n(&self, key: &str, cost: u32) -> Option<Result<Decision, CheckError>> {
+        match &self.backends {
+            Backends::Memory(t) => Some(t.select(key).limiter().peek_n(key, cost)),
+            #[cfg(feature = "redis")]
+            _ => None,
+        }
+    }
+
+    /// Whether the policy's limiters are in this process and decide
+    /// without waiting and with a peek (the memory backend).
+    #[cfg(feature = "tower")]
+    pub(crate) fn is_memory(&self) -> bool {
+        matches!(self.backends, Backends::Memory(_))
+    }
+
+    /// As [`check_n`](Self::check_n), except that the leased backend waits
+    /// for a slice when its local one cannot cover `cost`
+    /// ([`acquire_n`](crate::redis::LeasedLimiter::acquire_n)) rather than
+    /// deny.
+    #[cfg(feature = "tower")]
+    pub(crate) async fn check_n_waiting(
+        &self,
+        key: &str,
+        cost: u32,
+    ) -> Result<PolicyDecision, CheckError> {
+        #[cfg(feature = "redis")]
+        if let Backends::Leased(t) = &self.backends {
+            let tier = t.tier_of(key);
+            let d = t.tier(tier).limiter().acquire_n(key, cost).await?;
+            return Ok(self.decided(key, d, tier));
+        }
+        self.check_n(key, cost).await
     }
 
     /// Applies shadow mode and records the decision.
