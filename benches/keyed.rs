@@ -115,9 +115,9 @@ fn keyed_hit(c: &mut Criterion) {
     group.finish();
 }
 
-/// `check_many` in batches of 8 keys, against 8 separate checks; time per
-/// key (`Throughput` is not used: criterion reports per iteration, so each
-/// iteration is one batch and the figures are divided by 8 in the README).
+/// `check_many` in batches of 8 keys, against 8 separate checks. Each
+/// iteration is one batch of 8 (criterion reports time per iteration; the
+/// README divides by 8 for the time per key).
 fn keyed_batch(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_batch");
     for (keys, label) in SIZES {

@@ -7,7 +7,7 @@
 //! | `rategate_allowed_total` | counter | `policy` | a policy admitted a request |
 //! | `rategate_denied_total` | counter | `policy` | a policy denied a request (enforced) |
 //! | `rategate_shadow_denied_total` | counter | `policy` | a shadow-mode policy would have denied |
-//! | `rategate_store_down_total` | counter | `source` (`fail_open`, `fail_closed`, `insurance`, `outage_share`, `lease_unrenewed`) | Redis was unreachable and the store-down policy decided: a `RedisLimiter`'s policy; a `SyncedLimiter`'s check of a key whose last sync failed, held to the outage share; a `LeasedLimiter`'s request denied because its renewal failed |
+//! | `rategate_store_down_total` | counter | `source` (`fail_open`, `fail_closed`, `insurance`, `outage_share`, `lease_unrenewed`) | Redis was unreachable and the store-down policy decided: a `RedisLimiter`'s policy; a `SyncedLimiter`'s check of a key whose last sync failed (or whose first has not succeeded), held to an outage share below 1 (with the default share of 1 nothing holds a key back, and nothing is counted); a `LeasedLimiter::acquire` denied after the renewal round it made failed (on a Cluster: any node's part of that round) |
 //! | `rategate_redis_seconds` | histogram | | a Redis call, success or failure: a `RedisLimiter`'s script call, a `SyncedLimiter`'s sync round, a `LeasedLimiter`'s lease round |
 //! | `rategate_live_keys` | gauge | `policy` | keys held by a policy's in-memory tiers, set by `PolicyLimiter::record_live_keys` |
 //!

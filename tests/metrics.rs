@@ -242,6 +242,8 @@ fn synced_and_leased_store_down_are_recorded() {
             for _ in 0..3 {
                 assert!(synced.check("k").is_allowed());
             }
+            // A key first seen during the outage is held to the share too.
+            assert!(synced.check("fresh").is_allowed());
             // A key with no slice on this node cannot renew: denied.
             assert!(!leased.acquire("fresh").await.unwrap().is_allowed());
         })
@@ -249,7 +251,7 @@ fn synced_and_leased_store_down_are_recorded() {
     let snapshot = snapshot(&recorder);
     let source = |s| ("source", s);
     let down = |s| counter(&snapshot, "rategate_store_down_total", source(s));
-    assert_eq!(down("outage_share"), 3);
+    assert_eq!(down("outage_share"), 4);
     assert_eq!(down("lease_unrenewed"), 1);
     let rounds = redis_latencies(&snapshot).len();
     // Two sync rounds (one answered, one failed) and the leased limiter's

@@ -804,8 +804,9 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
             let unheard = entry.heard.load(Ordering::Relaxed) == 0;
             // On a Cluster a dead master must not throttle the keys of
             // the live ones: degraded is per slot.
-            let degraded = !unheard && self.degraded.is_degraded(key);
+            let degraded = self.degraded.is_degraded(key);
             if degraded {
+                // A key never heard counts too: its first sync failed.
                 crate::metrics::store_down_by("outage_share");
             }
             if unheard || degraded {

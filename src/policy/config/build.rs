@@ -77,11 +77,11 @@ impl Policy {
         if self.key != KeyKind::Global {
             return refuse("key", "one limit for everything needs key = \"global\"");
         }
-        if self.tiers.len() > 1 || !self.overrides.is_empty() {
-            return refuse(
-                "tiers",
-                "one limit for everything has no tiers or overrides",
-            );
+        if self.tiers.len() != 1 {
+            return refuse("tiers", "one limit for everything has exactly one tier");
+        }
+        if !self.overrides.is_empty() {
+            return refuse("overrides", "one limit for everything has no overrides");
         }
         if !matches!(self.backend, super::Backend::Memory { .. }) {
             return refuse(
@@ -92,7 +92,7 @@ impl Policy {
         if self.shadow {
             return refuse("shadow", "a direct limiter always enforces; remove shadow");
         }
-        let quota = *self.quota();
+        let quota = self.tiers[0].1;
         let algorithm = self.algorithm_for("default", &quota)?;
         Ok(RateLimiter::from_algorithm(algorithm, quota, clock))
     }

@@ -80,7 +80,8 @@ end
 -- window >= now / period: the window ends after now.
 local until_end = window_end - now
 local after = used + cost
-if after <= limit then
+-- Cost 0 is a probe: admitted even over a lowered limit.
+if after <= limit or cost == 0 then
   local reset_after = 0
   if after > 0 then
     reset_after = until_end
@@ -90,7 +91,7 @@ if after <= limit then
     -- Idle once the window ends.
     redis.call('PEXPIRE', KEYS[1], ttl_ms(until_end))
   end
-  return {1, limit, limit - after, reset_after, 0, 0}
+  return {1, limit, math.max(limit - after, 0), reset_after, 0, 0}
 end
 -- cost <= limit, so a denial means used > 0: the window ends the state, and
 -- the next window admits any allowed cost.

@@ -121,7 +121,8 @@ local newest_member, newest_at = newest[1], newest[2] and tonumber(newest[2])
 
 local result
 local after = used + cost
-if after <= limit then
+-- Cost 0 is a probe: admitted even over a lowered limit.
+if after <= limit or cost == 0 then
   local reset = 0
   if cost > 0 then
     reset = until_expiry(at)
@@ -135,7 +136,7 @@ if after <= limit then
   elseif newest_member then
     reset = until_expiry(newest_at)
   end
-  result = {1, limit, limit - after, reset, 0, 0}
+  result = {1, limit, math.max(limit - after, 0), reset, 0, 0}
 else
   -- The oldest live entries must leave until `need` cost is freed; the last
   -- of them to leave sets the retry time. They hold used > limit - cost =
