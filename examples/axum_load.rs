@@ -5,12 +5,14 @@
 //! cap). Bounded in count and time; nothing leaves 127.0.0.1.
 //!
 //! ```sh
-//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS]
+//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS] [HEADERS]
 //! ```
 //!
 //! Each phase runs SECS seconds (default 5) with CONNS kept-alive HTTP/1.1
 //! connections (default 32), the client and the server in one process on
-//! separate runtimes; the three phases alternate ROUNDS times (default 2). The million-key phase sends exactly 1,000,000
+//! separate runtimes; the four phases alternate ROUNDS times (default 2),
+//! the layer sending HEADERS (`all`, the default; `ietf`, `x`, `denials`:
+//! see below). The million-key phase sends exactly 1,000,000
 //! requests (or stops after 120 s). Then the layer alone is timed
 //! in-process, without sockets, per call; `axum_load in-process [CALLS]
 //! [bare|one|bare-token|two] [all|ietf|x|denials]` runs only that part, or
@@ -192,6 +194,19 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 
 /// The layer alone, in-process: ns per request through `RateLimit` around
 /// a service that answers at once, against the same service bare.
+/// The layer's builder for a header choice: every field (`all`, the
+/// default), the IETF pair only (`ietf`), `x-ratelimit-*` only (`x`), or
+/// the fields on 429s only (`denials`).
+fn builder(headers: &str) -> rategate::http::RateLimitBuilder {
+    let builder = rategate::http::RateLimitLayer::builder();
+    match headers {
+        "ietf" => builder.x_ratelimit_headers(false),
+        "x" => builder.ietf_headers(false),
+        "denials" => builder.headers_on_allowed(false),
+        _ => builder,
+    }
+}
+
 fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str) {
     use tower::{Layer, Service, ServiceExt};
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -218,14 +233,7 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
         start.elapsed().as_nanos() as f64 / f64::from(calls)
     };
     let mut bare = inner;
-    let builder = rategate::http::RateLimitLayer::builder();
-    let builder = match headers {
-        "ietf" => builder.x_ratelimit_headers(false),
-        "x" => builder.ietf_headers(false),
-        "denials" => builder.headers_on_allowed(false),
-        _ => builder,
-    };
-    let mut limited = limiters.layer_from(builder).layer(inner);
+    let mut limited = limiters.layer_from(builder(headers)).layer(inner);
     // `only` picks one phase (for a profiler); the rest report 0.
     let mut phase = |name: &str, layer: bool, signed_in: bool| {
         if only.is_some_and(|o| o != name) {
@@ -278,13 +286,16 @@ fn main() {
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     let conns: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
     let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
-    println!("{secs} s per phase, {conns} connections, {rounds} rounds, loopback\n");
+    let headers = args.next().unwrap_or_else(|| "all".to_string());
+    println!(
+        "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}\n"
+    );
     println!("| phase | requests | requests/s | p50 µs | p99 µs | 2xx / 429 |");
     println!("|---|---:|---:|---:|---:|---:|");
 
     let bare = serve(api::app(None));
     let limiters = Limiters::new(&generous());
-    let limited = serve(api::app(Some(limiters.layer())));
+    let limited = serve(api::app(Some(limiters.layer_from(builder(&headers)))));
     // Phases alternate, ROUNDS times, so that a machine whose load drifts
     // (other work, thermal limits) weighs on every phase alike.
     // Without the layer, the signed-in phase's requests (an
@@ -330,5 +341,5 @@ fn main() {
         limiters.anonymous_hourly.overflow_count()
     );
     assert!(held <= cap, "the key cap was exceeded");
-    in_process(&limiters, 200_000, None, "all");
+    in_process(&limiters, 200_000, None, &headers);
 }
