@@ -81,7 +81,10 @@ struct Outcome {
 }
 
 /// Runs `conns` connections until `secs` pass or `limit` requests are sent;
-/// request `n` carries the headers `headers(n)` gives.
+/// request `n` carries the headers `headers(n)` gives. With `rate`, the
+/// connections together send that many requests per second, each on its
+/// own schedule (latency then is service time, not queueing); without, as
+/// fast as answers come (saturation).
 fn load(
     addr: SocketAddr,
     conns: usize,
@@ -89,7 +92,9 @@ fn load(
     limit: u64,
     path: &'static str,
     headers: fn(u64) -> Vec<(&'static str, String)>,
+    rate: Option<f64>,
 ) -> Outcome {
+    let gap = rate.map(|r| Duration::from_secs_f64(conns as f64 / r));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -112,7 +117,12 @@ fn load(
                 tokio::spawn(conn);
                 let mut latencies = Vec::new();
                 let mut statuses = [0u64; 6];
+                let mut due = tokio::time::Instant::now();
                 loop {
+                    if let Some(gap) = gap {
+                        due += gap;
+                        tokio::time::sleep_until(due).await;
+                    }
                     // Relaxed: a ticket counter, ordering nothing else.
                     let n = next.fetch_add(1, Ordering::Relaxed);
                     if n >= limit || Instant::now() >= deadline {
@@ -192,8 +202,6 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
     vec![("x-forwarded-for", std::net::Ipv4Addr::from(ip).to_string())]
 }
 
-/// The layer alone, in-process: ns per request through `RateLimit` around
-/// a service that answers at once, against the same service bare.
 /// The layer's builder for a header choice: every field (`all`, the
 /// default), the IETF pair only (`ietf`), `x-ratelimit-*` only (`x`), or
 /// the fields on 429s only (`denials`).
@@ -207,6 +215,8 @@ fn builder(headers: &str) -> rategate::http::RateLimitBuilder {
     }
 }
 
+/// The layer alone, in-process: ns per request through `RateLimit` around
+/// a service that answers at once, against the same service bare.
 fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str) {
     use tower::{Layer, Service, ServiceExt};
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -316,14 +326,45 @@ fn main() {
     let mut totals = [0.0f64; 4];
     for round in 1..=rounds {
         for (total, (name, addr, headers)) in totals.iter_mut().zip(phases) {
-            let outcome = load(addr, conns, secs, u64::MAX, "/v1/charges", headers);
+            let outcome = load(addr, conns, secs, u64::MAX, "/v1/charges", headers, None);
             *total += report(&format!("{name} (round {round})"), &outcome);
         }
     }
     let [base, one, base_token, two] = totals;
 
-    let million = load(limited, conns, 120, 1_000_000, "/v1/charges", distinct_ip);
+    let million = load(
+        limited,
+        conns,
+        120,
+        1_000_000,
+        "/v1/charges",
+        distinct_ip,
+        None,
+    );
     report("layer, 1,000,000 distinct client IPs", &million);
+
+    // Below saturation: at half the bare server's rate, what the layer adds
+    // to each request's latency without the queueing that saturation adds.
+    let rate = (base / f64::from(rounds) / 2.0).round();
+    println!();
+    println!("At a fixed {rate:.0} requests/s (half the bare saturation rate):");
+    println!();
+    println!("| phase | requests | requests/s | p50 µs | p99 µs | 2xx / 429 |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for round in 1..=rounds {
+        for (name, addr) in [("no layer", bare), ("layer, one rule", limited)] {
+            let outcome = load(
+                addr,
+                conns,
+                secs,
+                u64::MAX,
+                "/v1/charges",
+                no_headers,
+                Some(rate),
+            );
+            report(&format!("{name}, paced (round {round})"), &outcome);
+        }
+    }
     println!();
     println!(
         "Throughput against no layer, same requests (all rounds): one rule {:+.1}%, \
