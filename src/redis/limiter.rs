@@ -319,7 +319,8 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
                 manager.clone(),
                 batch,
                 params.clone(),
-                timeout,
+                keys.clone(),
+                A::KEY_SUFFIXES,
             )),
             Connection::Cluster(_) => None,
         };
@@ -422,9 +423,30 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         } else {
             -1
         };
-        if let Some(batcher) = &inner.batcher {
-            return self.call_batched(batcher, key, now_arg, cost).await;
-        }
+        let Some(batcher) = &inner.batcher else {
+            return self.call_direct(key, now_arg, cost).await;
+        };
+        // Counts this caller until it is answered or dropped, and holds
+        // the wire for a lone caller (see `Batcher::enter`).
+        let active = batcher.enter();
+        let decided = if active.direct() {
+            self.call_direct(key, now_arg, cost).await
+        } else {
+            self.call_batched(batcher, key, now_arg, cost).await
+        };
+        drop(active);
+        decided
+    }
+
+    /// One script call of its own: on a Cluster, or a lone caller on a
+    /// single server holding the wire.
+    async fn call_direct(
+        &self,
+        key: &str,
+        now_arg: i64,
+        cost: u32,
+    ) -> Result<Decision, RedisError> {
+        let inner = &*self.inner;
         let mut invocation = inner.script.prepare_invoke();
         for suffix in A::KEY_SUFFIXES {
             invocation.key(inner.keys.key(key, suffix));
@@ -462,14 +484,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         now_arg: i64,
         cost: u32,
     ) -> Result<Decision, RedisError> {
-        let inner = &*self.inner;
-        let keys = A::KEY_SUFFIXES
-            .iter()
-            .map(|suffix| inner.keys.key(key, suffix))
-            .collect();
-        let reply = tokio::time::timeout(inner.timeout, batcher.call(keys, now_arg, cost))
-            .await
-            .map_err(|_| RedisError::Timeout)??;
+        let reply = batcher.call(key, now_arg, cost, self.inner.timeout).await?;
         self.decode(&reply)
     }
 
