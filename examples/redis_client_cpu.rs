@@ -14,6 +14,10 @@
 //! ```sh
 //! cargo run --release --features redis --example redis_client_cpu [decisions per turn [tasks]]
 //! ```
+//!
+//! With `RATEGATE_REDIS_PORT` set it uses the server already on that
+//! loopback port, so that `perf stat -e instructions:u` on this process
+//! counts the client's instructions alone.
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -34,9 +38,13 @@ fn cpu_seconds() -> f64 {
     (ticks(14) + ticks(15)) / 100.0
 }
 
-/// Script calls the server has run so far (`INFO commandstats`).
-fn script_calls(server: &RedisServer) -> u64 {
-    let info = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
+/// Script calls the server on `port` has run so far (`INFO commandstats`).
+fn script_calls(port: u16) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", "commandstats"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let info = out.unwrap_or_default();
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| {
@@ -77,14 +85,20 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(150_000);
-    let server = RedisServer::start();
+    // `RATEGATE_REDIS_PORT`: a server already running on 127.0.0.1 (so
+    // that `perf stat` on this process counts the client alone).
+    let external = std::env::var("RATEGATE_REDIS_PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok());
+    let server = external.is_none().then(RedisServer::start);
+    let port = external.or(server.as_ref().map(|s| s.port)).unwrap_or(6379);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     let limiter = runtime.block_on(async {
         RedisLimiter::<TokenBucket>::builder(Quota::per_second(1_000_000).unwrap())
-            .url(&server.url())
+            .url(&format!("redis://127.0.0.1:{port}/"))
             .prefix("bench")
             .time(TimeSource::Server)
             .local_cache(false)
@@ -109,11 +123,11 @@ fn main() {
         let mut batch = Vec::new();
         for _ in 0..3 {
             let n = decisions / tasks as u64 * tasks as u64;
-            let calls = script_calls(&server);
+            let calls = script_calls(port);
             let (cpu0, wall0) = (cpu_seconds(), Instant::now());
             runtime.block_on(run(&limiter, tasks, n));
             let (cpu1, wall) = (cpu_seconds(), wall0.elapsed());
-            let calls = script_calls(&server) - calls;
+            let calls = script_calls(port) - calls;
             cpu.push((cpu1 - cpu0) * 1e6 / n as f64);
             rate.push(n as f64 / wall.as_secs_f64());
             batch.push(n as f64 / calls.max(1) as f64);

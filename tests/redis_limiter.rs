@@ -531,3 +531,105 @@ fn a_queued_caller_is_answered_within_the_timeout_of_its_asking() {
         pause.join().unwrap();
     });
 }
+
+/// Where each of `tasks` concurrent decisions on distinct keys came from.
+async fn concurrent_sources(limiter: &RedisLimiter<TokenBucket>, tasks: usize) -> Vec<Source> {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let d = limiter.check(&format!("c{t}")).await.unwrap();
+                let took = start.elapsed();
+                assert!(took < TIMEOUT + Duration::from_millis(400), "took {took:?}");
+                d.source()
+            })
+        })
+        .collect();
+    let mut sources = Vec::new();
+    for h in handles {
+        sources.push(h.await.unwrap());
+    }
+    sources
+}
+
+/// The batching task's own connection: dropped when Redis goes away
+/// (queued callers get the store-down policy within the timeout), opened
+/// again once it is back, and the batch script reloaded on the restarted
+/// server (which has none).
+#[test]
+fn batches_reconnect_and_reload_after_a_restart() {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut server = RedisServer::start();
+        let limiter = limiter(
+            &server,
+            Quota::per_second(1000).unwrap(),
+            StoreDown::FailClosed,
+        )
+        .await;
+        let up = concurrent_sources(&limiter, 32).await;
+        assert!(up.iter().all(|s| *s == Source::Redis), "{up:?}");
+        server.kill();
+        for _ in 0..3 {
+            let down = concurrent_sources(&limiter, 32).await;
+            assert!(down.iter().all(|s| *s == Source::FailClosed), "{down:?}");
+        }
+        server.restart();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let back = concurrent_sources(&limiter, 32).await;
+            if back.iter().all(|s| *s == Source::Redis) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never reconnected: {back:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stats = limiter.stats();
+        assert!(
+            stats.errors >= 3 * 32 && stats.fail_closed >= 3 * 32,
+            "{stats:?}"
+        );
+    });
+}
+
+/// The batching task's own connection logs in as the URL's user and
+/// selects its database, as the shared connection does: a burst's
+/// decisions all land in database 3 and stay exact.
+#[test]
+fn batches_use_the_urls_user_password_and_database() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        server
+            .cli(&[
+                "ACL", "SETUSER", "app", "on", ">app-pw", "~*", "&*", "+@all",
+            ])
+            .unwrap();
+        server
+            .cli(&["CONFIG", "SET", "requirepass", "admin-pw"])
+            .unwrap();
+        let url = format!("redis://app:app-pw@127.0.0.1:{}/3", server.port);
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&url)
+            .prefix("authed")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(burst(&limiter, 10).await, [25; 4]);
+        let keys = |db: &str| {
+            let out = std::process::Command::new("redis-cli")
+                .args(["-p", &server.port.to_string()])
+                .args(["--user", "app", "--pass", "app-pw", "--no-auth-warning"])
+                .args(["-n", db, "KEYS", "authed:*"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines().filter(|l| l.starts_with("authed:")).count()
+        };
+        assert_eq!(keys("3"), 4);
+        assert_eq!(keys("0"), 0);
+    });
+}

@@ -19,8 +19,7 @@
 
 use super::RedisError;
 use super::key::KeySpace;
-use redis::aio::ConnectionManager;
-use redis::{ErrorKind, ServerErrorKind};
+use super::wire::{Reply as WireReply, Wire, server_error};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -149,31 +148,39 @@ impl Drop for Active<'_> {
 }
 
 impl Batcher {
-    /// Starts the driver task on the current tokio runtime. `keys` and
+    /// Starts the driver task on the current tokio runtime, on its own
+    /// connection to the server `info` names (see `wire.rs`). `script` is
+    /// the batch script's source (see [`batch_script`]); `keys` and
     /// `suffixes` name each decision's Redis keys.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Config`] for an address the driver cannot open.
     pub(crate) fn start(
-        connection: ConnectionManager,
-        script: redis::Script,
+        info: redis::ConnectionInfo,
+        script: String,
         params: Vec<i64>,
         keys: KeySpace,
         suffixes: &'static [&'static str],
-    ) -> Batcher {
+    ) -> Result<Batcher, RedisError> {
         let (queue, jobs) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
         let call = Call {
-            connection,
+            wire: Wire::new(info)?,
+            hash: redis::Script::new(&script).get_hash().to_owned(),
             script,
             params: params.into(),
             keys,
             suffixes,
             shared: Arc::clone(&shared),
             command: redis::Cmd::new(),
+            packed: Vec::new(),
             key: String::new(),
             live: Vec::with_capacity(MAX_BATCH),
             replies: Vec::with_capacity(MAX_BATCH),
         };
         tokio::spawn(call.run(jobs));
-        Batcher { queue, shared }
+        Ok(Batcher { queue, shared })
     }
 
     /// Counts a caller in. When it is the only one and nothing is on the
@@ -223,14 +230,18 @@ impl Batcher {
 /// batch in flight halved the batch size and lowered throughput, measured
 /// with `examples/redis_throughput.rs`).
 struct Call {
-    connection: ConnectionManager,
-    script: redis::Script,
+    wire: Wire,
+    /// The batch script's source and SHA1.
+    script: String,
+    hash: String,
     params: Arc<[i64]>,
     keys: KeySpace,
     suffixes: &'static [&'static str],
     shared: Arc<Shared>,
     /// The command, its buffers reused from batch to batch.
     command: redis::Cmd,
+    /// The command as sent.
+    packed: Vec<u8>,
     /// One Redis key at a time, written before it is copied in.
     key: String,
     /// The batch's jobs still waiting for an answer.
@@ -276,10 +287,18 @@ impl Call {
         self.encode();
         let sent = tokio::time::timeout_at(deadline, self.query()).await;
         let replies = match sent {
-            Err(_) => Err(RedisError::Timeout),
+            Err(_) => {
+                // The reply may still come: not on this socket.
+                self.wire.reset();
+                Err(RedisError::Timeout)
+            }
             Ok(Err(e)) if e.is_timeout() => Err(RedisError::Timeout),
             Ok(Err(e)) => Err(RedisError::Redis(e)),
-            Ok(Ok(value)) => parse(&value, self.live.len(), &mut self.replies),
+            Ok(Ok((start, len))) => parse(
+                self.wire.bulk(start, len),
+                self.live.len(),
+                &mut self.replies,
+            ),
         };
         match replies {
             Ok(()) => {
@@ -305,7 +324,7 @@ impl Call {
         command.clear();
         command
             .arg("EVALSHA")
-            .arg(self.script.get_hash())
+            .arg(self.hash.as_str())
             .arg(self.live.len() * self.suffixes.len());
         for job in &self.live {
             for suffix in self.suffixes {
@@ -324,19 +343,27 @@ impl Call {
     }
 
     /// Runs the encoded command, loading the script once if Redis lost it
-    /// (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`).
-    async fn query(&mut self) -> redis::RedisResult<Vec<u8>> {
-        let reply = match self.command.query_async(&mut self.connection).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.script
-                    .prepare_invoke()
-                    .load_async(&mut self.connection)
-                    .await?;
-                self.command.query_async(&mut self.connection).await?
+    /// (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`): where the reply's
+    /// bytes lie in the connection's buffer.
+    async fn query(&mut self) -> redis::RedisResult<(usize, usize)> {
+        self.packed.clear();
+        self.command.write_packed_command(&mut self.packed);
+        let mut reply = self.wire.request(&self.packed).await?;
+        if matches!(&reply, WireReply::Error(m) if m.starts_with("NOSCRIPT")) {
+            let load = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(self.script.as_str())
+                .get_packed_command();
+            if let WireReply::Error(message) = self.wire.request(&load).await? {
+                return Err(server_error(message));
             }
-            other => other?,
-        };
-        Ok(reply)
+            reply = self.wire.request(&self.packed).await?;
+        }
+        match reply {
+            WireReply::Bulk { start, len } => Ok((start, len)),
+            WireReply::Error(message) => Err(server_error(message)),
+            WireReply::Simple(_) => Err(server_error("a status, not the batch's text".to_owned())),
+        }
     }
 }
 

@@ -311,18 +311,23 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let policy = format!("{}:{unit}", quota_segment(&self.quota));
         let keys = KeySpace::new(&self.prefix, &policy)?;
         let script = redis::Script::new(A::SCRIPT);
-        let batch = redis::Script::new(&batch_script(A::SCRIPT));
+        let batch_source = batch_script(A::SCRIPT);
+        let batch = redis::Script::new(&batch_source);
         let timeout = self.timeout;
+        let single = match &self.target {
+            Some(Target::Url(url)) => Some(redis::Client::open(url.as_str())?),
+            _ => None,
+        };
         let connection = connect(self.target, timeout, &[&script, &batch]).await?;
-        let batcher = match &connection {
-            Connection::Single(manager) => Some(Batcher::start(
-                manager.clone(),
-                batch,
+        let batcher = match single {
+            Some(client) => Some(Batcher::start(
+                client.get_connection_info().clone(),
+                batch_source,
                 params.clone(),
                 keys.clone(),
                 A::KEY_SUFFIXES,
-            )),
-            Connection::Cluster(_) => None,
+            )?),
+            None => None,
         };
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
