@@ -6,10 +6,11 @@
 //! spends a channel hop and a wake-up per call. So decisions that are
 //! waiting at the same moment go to Redis together: a driver task takes
 //! every queued request (up to [`MAX_BATCH`]) and sends them as one
-//! `EVALSHA` of the algorithm's script wrapped in a loop ([`batch_script`]).
-//! Under one caller a batch is one request, as before; under many, a batch
-//! is whatever queued while the previous one was on the wire, so batching
-//! adds no waiting of its own.
+//! `EVALSHA` of the algorithm's script wrapped in a loop ([`batch_script`])
+//! on a connection of its own (`wire.rs`). Under many callers, a batch is
+//! whatever queued while the previous one was on the wire, so batching
+//! adds no waiting of its own. A lone caller skips the driver and calls
+//! the single-decision script itself ([`Batcher::enter`]).
 //!
 //! Redis runs a script atomically, so a batch decides its requests one
 //! after the other, exactly as separate calls arriving in that order would:
