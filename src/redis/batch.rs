@@ -109,11 +109,14 @@ struct Job {
 #[derive(Debug, Default)]
 struct Shared {
     /// Held by whoever has a script call on the wire: the driver for a
-    /// batch, or a lone caller calling directly (see [`Batcher::alone`]).
+    /// batch on its own connection, or a lone caller calling directly on
+    /// the shared one (see [`Batcher::enter`]): one call at a time, so
+    /// that they reach Redis in the order they took it.
     /// tokio's mutex is fair: a waiting driver gets it before any later
     /// `try_lock`.
     wire: tokio::sync::Mutex<()>,
-    /// Callers inside [`Batcher::alone`] or [`Batcher::call`] now.
+    /// Callers between [`Batcher::enter`] and their answer (or their
+    /// future's drop).
     active: AtomicUsize,
 }
 
