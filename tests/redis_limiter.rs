@@ -12,6 +12,7 @@ use rategate::redis::{
 };
 use rategate::{ManualClock, Quota, TokenBucket};
 use redis_server::RedisServer;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -631,5 +632,77 @@ fn batches_use_the_urls_user_password_and_database() {
         };
         assert_eq!(keys("3"), 4);
         assert_eq!(keys("0"), 0);
+    });
+}
+
+/// A lone caller's call borrows the batching connection; when its future
+/// is dropped mid-call (polled once, so its command is written and its
+/// reply not yet read), the reply still owed on that socket must never
+/// answer a later decision: every decision on another key counts down
+/// exactly.
+#[test]
+fn a_cancelled_lone_call_never_answers_a_later_one() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&server.url())
+            .prefix("cancel")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        let mut cancelled = 0;
+        for i in 0..40u32 {
+            let noise = format!("noise{i}");
+            {
+                let mut call = std::pin::pin!(limiter.check(&noise));
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                if call.as_mut().poll(&mut cx).is_pending() {
+                    cancelled += 1;
+                }
+            }
+            let d = limiter.check("exact").await.unwrap();
+            assert_eq!(d.source(), Source::Redis);
+            if i < 25 {
+                assert!(d.is_allowed(), "decision {i}: {d:?}");
+                assert_eq!(d.decision().remaining(), 24 - i, "decision {i}");
+            } else {
+                assert!(!d.is_allowed(), "decision {i}: {d:?}");
+            }
+        }
+        assert!(
+            cancelled > 30,
+            "only {cancelled} calls were cancelled mid-way"
+        );
+    });
+}
+
+/// A lone caller's future that is polled once and then neither polled nor
+/// dropped keeps the connection; callers queued meanwhile still get an
+/// answer (the store-down policy's) within the timeout of their asking.
+#[test]
+fn a_stalled_lone_call_does_not_hold_up_the_queue_past_its_deadline() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = limiter(
+            &server,
+            Quota::per_second(1000).unwrap(),
+            StoreDown::FailClosed,
+        )
+        .await;
+        assert_eq!(limiter.check("warm").await.unwrap().source(), Source::Redis);
+        let mut stalled = std::pin::pin!(limiter.check("stalled"));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(stalled.as_mut().poll(&mut cx).is_pending());
+        let start = Instant::now();
+        let d = tokio::time::timeout(Duration::from_secs(5), limiter.check("queued"))
+            .await
+            .expect("a queued caller waited past its timeout")
+            .unwrap();
+        assert_eq!(d.source(), Source::FailClosed);
+        assert!(start.elapsed() < TIMEOUT + Duration::from_millis(400));
     });
 }

@@ -106,18 +106,133 @@ struct Job {
 }
 
 /// What the limiter's callers and the driver task share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
-    /// Held by whoever has a script call on the wire: the driver for a
-    /// batch on its own connection, or a lone caller calling directly on
-    /// the shared one (see [`Batcher::enter`]): one call at a time, so
-    /// that they reach Redis in the order they took it.
-    /// tokio's mutex is fair: a waiting driver gets it before any later
-    /// `try_lock`.
-    wire: tokio::sync::Mutex<()>,
+    /// The connection, held by whoever has a script call on it: the driver
+    /// for a batch, or a lone caller for its own decision (see
+    /// [`Batcher::enter`]). tokio's mutex is fair: a waiting driver gets it
+    /// before any later `try_lock`.
+    link: tokio::sync::Mutex<Link>,
     /// Callers between [`Batcher::enter`] and their answer (or their
     /// future's drop).
     active: AtomicUsize,
+}
+
+/// A script's source and SHA1.
+#[derive(Debug)]
+struct Loaded {
+    source: String,
+    hash: String,
+}
+
+impl Loaded {
+    fn new(source: String) -> Loaded {
+        let hash = redis::Script::new(&source).get_hash().to_owned();
+        Loaded { source, hash }
+    }
+}
+
+/// Which script a call runs.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    /// The looped script, any number of decisions ([`batch_script`]).
+    Batch,
+    /// The algorithm's own script, one decision.
+    Single,
+}
+
+/// The connection (see `wire.rs`) and what a script call is written with,
+/// its buffers reused from call to call.
+struct Link {
+    wire: Wire,
+    batch: Loaded,
+    single: Loaded,
+    params: Vec<i64>,
+    keys: KeySpace,
+    suffixes: &'static [&'static str],
+    /// The command.
+    command: redis::Cmd,
+    /// The command as sent.
+    packed: Vec<u8>,
+    /// One Redis key at a time, written before it is copied in.
+    key: String,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// Writes the `EVALSHA` of the batch script for `jobs`: the keys
+    /// straight from each job's user key, the integers without an
+    /// allocation per argument.
+    fn encode_batch(&mut self, jobs: &[Job]) {
+        let command = &mut self.command;
+        command.clear();
+        command
+            .arg("EVALSHA")
+            .arg(self.batch.hash.as_str())
+            .arg(jobs.len() * self.suffixes.len());
+        for job in jobs {
+            for suffix in self.suffixes {
+                self.key.clear();
+                self.keys.write(&job.key, suffix, &mut self.key);
+                command.arg(self.key.as_bytes());
+            }
+        }
+        command.arg(self.suffixes.len()).arg(self.params.len());
+        for param in &self.params {
+            command.arg(*param);
+        }
+        for job in jobs {
+            command.arg(job.now).arg(job.cost);
+        }
+    }
+
+    /// Writes the `EVALSHA` of the algorithm's own script for one decision
+    /// (keys, then `now, cost, parameters...`, as on a Cluster).
+    fn encode_single(&mut self, key: &str, now: i64, cost: u32) {
+        let command = &mut self.command;
+        command.clear();
+        command
+            .arg("EVALSHA")
+            .arg(self.single.hash.as_str())
+            .arg(self.suffixes.len());
+        for suffix in self.suffixes {
+            self.key.clear();
+            self.keys.write(key, suffix, &mut self.key);
+            command.arg(self.key.as_bytes());
+        }
+        command.arg(now).arg(cost);
+        for param in &self.params {
+            command.arg(*param);
+        }
+    }
+
+    /// Runs the encoded command, loading `which` script once if Redis lost
+    /// it (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`).
+    async fn query(&mut self, which: Which) -> redis::RedisResult<WireReply> {
+        self.packed.clear();
+        self.command.write_packed_command(&mut self.packed);
+        let reply = self.wire.request(&self.packed).await?;
+        if !matches!(&reply, WireReply::Error(m) if m.starts_with("NOSCRIPT")) {
+            return Ok(reply);
+        }
+        let source = match which {
+            Which::Batch => &self.batch.source,
+            Which::Single => &self.single.source,
+        };
+        let load = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source.as_str())
+            .get_packed_command();
+        if let WireReply::Error(message) = self.wire.request(&load).await? {
+            return Err(server_error(message));
+        }
+        self.wire.request(&self.packed).await
+    }
 }
 
 /// The queue in front of the driver task; dropping it ends the task.
@@ -130,16 +245,52 @@ pub(crate) struct Batcher {
 /// A caller counted in [`Shared::active`] until dropped.
 pub(crate) struct Active<'a> {
     shared: &'a Shared,
-    /// The wire, when this caller was alone and may call directly.
-    wire: Option<tokio::sync::MutexGuard<'a, ()>>,
+    /// The connection, when this caller was alone and calls directly.
+    link: Option<tokio::sync::MutexGuard<'a, Link>>,
 }
 
 impl Active<'_> {
-    /// Whether this caller holds the wire: it was the only caller and no
-    /// call was on the wire, so it calls Redis itself, without the
-    /// driver's hop.
+    /// Whether this caller holds the connection: it was the only caller
+    /// and no call was on the wire, so it calls Redis itself
+    /// ([`call`](Active::call)), without the driver's hop.
     pub(crate) fn direct(&self) -> bool {
-        self.wire.is_some()
+        self.link.is_some()
+    }
+
+    /// The lone caller's decision: the algorithm's own script, on the
+    /// driver's connection, in the caller's task, at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As a batched call; [`RedisError::Config`] when this caller is not
+    /// [`direct`](Active::direct).
+    pub(crate) async fn call(
+        &mut self,
+        key: &str,
+        now: i64,
+        cost: u32,
+        timeout: Duration,
+    ) -> Result<Reply, RedisError> {
+        let Some(link) = self.link.as_deref_mut() else {
+            return Err(RedisError::Config("only a lone caller calls directly"));
+        };
+        link.encode_single(key, now, cost);
+        let sent = tokio::time::timeout(timeout, link.query(Which::Single)).await;
+        let reply = match sent {
+            Err(_) => {
+                // The reply may still come: not on this socket.
+                link.wire.reset();
+                return Err(RedisError::Timeout);
+            }
+            Ok(Err(e)) if e.is_timeout() => return Err(RedisError::Timeout),
+            Ok(Err(e)) => return Err(RedisError::Redis(e)),
+            Ok(Ok(reply)) => reply,
+        };
+        match reply {
+            WireReply::Ints(values, 6) => Ok(values),
+            WireReply::Error(message) => Err(RedisError::Redis(server_error(message))),
+            other => Err(RedisError::BadReply(format!("{other:?}"))),
+        }
     }
 }
 
@@ -153,33 +304,40 @@ impl Drop for Active<'_> {
 
 impl Batcher {
     /// Starts the driver task on the current tokio runtime, on its own
-    /// connection to the server `info` names (see `wire.rs`). `script` is
-    /// the batch script's source (see [`batch_script`]); `keys` and
-    /// `suffixes` name each decision's Redis keys.
+    /// connection to the server `info` names (see `wire.rs`). `single` is
+    /// the algorithm's script and `batch` its looped form (see
+    /// [`batch_script`]); `keys` and `suffixes` name each decision's Redis
+    /// keys.
     ///
     /// # Errors
     ///
     /// [`RedisError::Config`] for an address the driver cannot open.
     pub(crate) fn start(
         info: redis::ConnectionInfo,
-        script: String,
+        single: &str,
+        batch: String,
         params: Vec<i64>,
         keys: KeySpace,
         suffixes: &'static [&'static str],
     ) -> Result<Batcher, RedisError> {
         let (queue, jobs) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::default());
-        let call = Call {
+        let link = Link {
             wire: Wire::new(info)?,
-            hash: redis::Script::new(&script).get_hash().to_owned(),
-            script,
-            params: params.into(),
+            batch: Loaded::new(batch),
+            single: Loaded::new(single.to_owned()),
+            params,
             keys,
             suffixes,
-            shared: Arc::clone(&shared),
             command: redis::Cmd::new(),
             packed: Vec::new(),
             key: String::new(),
+        };
+        let shared = Arc::new(Shared {
+            link: tokio::sync::Mutex::new(link),
+            active: AtomicUsize::new(0),
+        });
+        let call = Call {
+            shared: Arc::clone(&shared),
             live: Vec::with_capacity(MAX_BATCH),
             replies: Vec::with_capacity(MAX_BATCH),
         };
@@ -188,21 +346,21 @@ impl Batcher {
     }
 
     /// Counts a caller in. When it is the only one and nothing is on the
-    /// wire, the returned guard holds the wire
+    /// wire, the returned guard holds the connection
     /// ([`direct`](Active::direct)): a lone caller gains nothing from
     /// batching and would pay the driver's hop (two task wake-ups) per
     /// decision. Under concurrent callers they all queue, so that batches
     /// do not fragment into one-decision direct calls.
     pub(crate) fn enter(&self) -> Active<'_> {
         let before = self.shared.active.fetch_add(1, Ordering::Relaxed);
-        let wire = if before == 0 {
-            self.shared.wire.try_lock().ok()
+        let link = if before == 0 {
+            self.shared.link.try_lock().ok()
         } else {
             None
         };
         Active {
             shared: &self.shared,
-            wire,
+            link,
         }
     }
 
@@ -234,20 +392,7 @@ impl Batcher {
 /// batch in flight halved the batch size and lowered throughput, measured
 /// with `examples/redis_throughput.rs`).
 struct Call {
-    wire: Wire,
-    /// The batch script's source and SHA1.
-    script: String,
-    hash: String,
-    params: Arc<[i64]>,
-    keys: KeySpace,
-    suffixes: &'static [&'static str],
     shared: Arc<Shared>,
-    /// The command, its buffers reused from batch to batch.
-    command: redis::Cmd,
-    /// The command as sent.
-    packed: Vec<u8>,
-    /// One Redis key at a time, written before it is copied in.
-    key: String,
     /// The batch's jobs still waiting for an answer.
     live: Vec<Job>,
     replies: Vec<Result<Reply, RedisError>>,
@@ -257,11 +402,40 @@ impl Call {
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         let shared = Arc::clone(&self.shared);
-        // Zero: every limiter clone (every sender) is gone.
-        while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            let wire = shared.wire.lock().await;
-            self.send(&mut batch).await;
-            drop(wire);
+        loop {
+            // Zero: every limiter clone (every sender) is gone.
+            if batch.is_empty() && jobs.recv_many(&mut batch, MAX_BATCH).await == 0 {
+                return;
+            }
+            let Some(deadline) = batch.first().map(|job: &Job| job.deadline) else {
+                continue;
+            };
+            // A lone caller holds the connection for its call, bounded by
+            // its timeout; but a caller's future may also sit unpolled and
+            // undropped. Queued callers set no timer of their own, so the
+            // wait for the connection is bounded by their deadlines too.
+            let Ok(mut link) = tokio::time::timeout_at(deadline, shared.link.lock()).await else {
+                let now = Instant::now();
+                let mut waiting = Vec::with_capacity(batch.len());
+                for job in batch.drain(..) {
+                    if job.deadline <= now {
+                        let _ = job.reply.send(Err(RedisError::Timeout));
+                    } else {
+                        waiting.push(job);
+                    }
+                }
+                batch = waiting;
+                continue;
+            };
+            // What queued while the connection was busy joins this batch.
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.send(&mut link, &mut batch).await;
+            drop(link);
             // The callers just answered are runnable and about to ask
             // again: let them queue before the next batch is taken, or the
             // batches fragment into ones of a request or two.
@@ -273,7 +447,7 @@ impl Call {
     /// leaving `batch` empty. Jobs whose caller is gone are dropped
     /// unsent (no quota spent on a decision nobody reads), and jobs past
     /// their deadline are answered with a timeout unsent.
-    async fn send(&mut self, batch: &mut Vec<Job>) {
+    async fn send(&mut self, link: &mut Link, batch: &mut Vec<Job>) {
         let now = Instant::now();
         for job in batch.drain(..) {
             if job.reply.is_closed() {
@@ -288,21 +462,23 @@ impl Call {
         let Some(deadline) = self.live.first().map(|job| job.deadline) else {
             return;
         };
-        self.encode();
-        let sent = tokio::time::timeout_at(deadline, self.query()).await;
+        link.encode_batch(&self.live);
+        let sent = tokio::time::timeout_at(deadline, link.query(Which::Batch)).await;
         let replies = match sent {
             Err(_) => {
                 // The reply may still come: not on this socket.
-                self.wire.reset();
+                link.wire.reset();
                 Err(RedisError::Timeout)
             }
             Ok(Err(e)) if e.is_timeout() => Err(RedisError::Timeout),
             Ok(Err(e)) => Err(RedisError::Redis(e)),
-            Ok(Ok((start, len))) => parse(
-                self.wire.bulk(start, len),
+            Ok(Ok(WireReply::Bulk { start, len })) => parse(
+                link.wire.bulk(start, len),
                 self.live.len(),
                 &mut self.replies,
             ),
+            Ok(Ok(WireReply::Error(message))) => Err(RedisError::Redis(server_error(message))),
+            Ok(Ok(other)) => Err(RedisError::BadReply(format!("batch reply: {other:?}"))),
         };
         match replies {
             Ok(()) => {
@@ -318,56 +494,6 @@ impl Call {
             }
         }
         self.replies.clear();
-    }
-
-    /// Writes the `EVALSHA` of the live jobs into the reused command: the
-    /// keys straight from each job's user key, the integers without an
-    /// allocation per argument.
-    fn encode(&mut self) {
-        let command = &mut self.command;
-        command.clear();
-        command
-            .arg("EVALSHA")
-            .arg(self.hash.as_str())
-            .arg(self.live.len() * self.suffixes.len());
-        for job in &self.live {
-            for suffix in self.suffixes {
-                self.key.clear();
-                self.keys.write(&job.key, suffix, &mut self.key);
-                command.arg(self.key.as_bytes());
-            }
-        }
-        command.arg(self.suffixes.len()).arg(self.params.len());
-        for param in self.params.iter() {
-            command.arg(*param);
-        }
-        for job in &self.live {
-            command.arg(job.now).arg(job.cost);
-        }
-    }
-
-    /// Runs the encoded command, loading the script once if Redis lost it
-    /// (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`): where the reply's
-    /// bytes lie in the connection's buffer.
-    async fn query(&mut self) -> redis::RedisResult<(usize, usize)> {
-        self.packed.clear();
-        self.command.write_packed_command(&mut self.packed);
-        let mut reply = self.wire.request(&self.packed).await?;
-        if matches!(&reply, WireReply::Error(m) if m.starts_with("NOSCRIPT")) {
-            let load = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(self.script.as_str())
-                .get_packed_command();
-            if let WireReply::Error(message) = self.wire.request(&load).await? {
-                return Err(server_error(message));
-            }
-            reply = self.wire.request(&self.packed).await?;
-        }
-        match reply {
-            WireReply::Bulk { start, len } => Ok((start, len)),
-            WireReply::Error(message) => Err(server_error(message)),
-            WireReply::Simple(_) => Err(server_error("a status, not the batch's text".to_owned())),
-        }
     }
 }
 

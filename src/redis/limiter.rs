@@ -322,6 +322,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let batcher = match single {
             Some(client) => Some(Batcher::start(
                 client.get_connection_info().clone(),
+                A::SCRIPT,
                 batch_source,
                 params.clone(),
                 keys.clone(),
@@ -433,9 +434,12 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         };
         // Counts this caller until it is answered or dropped, and holds
         // the wire for a lone caller (see `Batcher::enter`).
-        let active = batcher.enter();
+        let mut active = batcher.enter();
         let decided = if active.direct() {
-            self.call_direct(key, now_arg, cost).await
+            match active.call(key, now_arg, cost, inner.timeout).await {
+                Ok(reply) => self.decode(&reply),
+                Err(error) => Err(error),
+            }
         } else {
             self.call_batched(batcher, key, now_arg, cost).await
         };
@@ -443,8 +447,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         decided
     }
 
-    /// One script call of its own: on a Cluster, or a lone caller on a
-    /// single server holding the wire.
+    /// One script call of its own, on a Cluster.
     async fn call_direct(
         &self,
         key: &str,

@@ -1,4 +1,5 @@
-//! The batching task's own connection to a single server.
+//! The batching task's own connection to a single server (which a lone
+//! caller borrows for its own decision).
 //!
 //! Through redis-rs's multiplexed connection, every batch took two more
 //! task hops (the command to redis-rs's socket task, its reply back) and a
@@ -51,12 +52,19 @@ pub(crate) enum Reply {
     Bulk { start: usize, len: usize },
     /// `-...`: the message.
     Error(String),
+    /// `*...` of at most six integers (a decision script's reply): the
+    /// values and how many there were.
+    Ints([i64; 6], usize),
 }
 
 /// The driver's connection.
 pub(crate) struct Wire {
     info: ConnectionInfo,
     stream: Option<Stream>,
+    /// A request was started and its reply not read whole: its future was
+    /// dropped mid-way (a lone caller's, cancelled), so the socket may yet
+    /// deliver that reply. The next request opens a new socket.
+    in_flight: bool,
     /// Bytes read; a reply is parsed from the start.
     buf: Vec<u8>,
 }
@@ -81,6 +89,7 @@ impl Wire {
         Ok(Wire {
             info,
             stream: None,
+            in_flight: false,
             buf: Vec::with_capacity(4096),
         })
     }
@@ -94,14 +103,20 @@ impl Wire {
     /// abandoned mid-way (a timeout), whose reply may still come.
     pub(crate) fn reset(&mut self) {
         self.stream = None;
+        self.in_flight = false;
     }
 
     /// Sends one packed command and reads its reply, connecting first if
     /// needed. Any failure drops the socket.
     pub(crate) async fn request(&mut self, packed: &[u8]) -> Result<Reply, redis::RedisError> {
-        let result = self.exchange(packed).await;
-        if result.is_err() {
+        if self.in_flight {
             self.reset();
+        }
+        self.in_flight = true;
+        let result = self.exchange(packed).await;
+        match result {
+            Ok(_) => self.in_flight = false,
+            Err(_) => self.reset(),
         }
         result
     }
@@ -207,6 +222,27 @@ fn parse_reply(buf: &[u8]) -> Result<Option<Reply>, &'static str> {
             }
             Ok(Some(Reply::Bulk { start, len }))
         }
+        b'*' => {
+            let count = std::str::from_utf8(line)
+                .ok()
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&n| n <= 6)
+                .ok_or("bad array length (a decision has six integers)")?;
+            let mut values = [0; 6];
+            let mut rest = &buf[line_end + 2..];
+            for value in values.iter_mut().take(count) {
+                let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
+                    return Ok(None);
+                };
+                *value = rest[..end]
+                    .strip_prefix(b":")
+                    .and_then(|n| std::str::from_utf8(n).ok())
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .ok_or("an array element that is not an integer")?;
+                rest = &rest[end + 2..];
+            }
+            Ok(Some(Reply::Ints(values, count)))
+        }
         _ => Err("unexpected reply type"),
     }
 }
@@ -244,6 +280,14 @@ mod tests {
         assert!(parse_reply(b"$5\r\nabcdefg").is_err());
         assert!(parse_reply(b"$x\r\n").is_err());
         assert!(parse_reply(b"$-1\r\n").is_err());
-        assert!(parse_reply(b"*1\r\n:1\r\n").is_err());
+        assert_eq!(parse_reply(b"*2\r\n:1\r\n"), Ok(None));
+        assert_eq!(parse_reply(b"*2\r\n:1\r\n:-5"), Ok(None));
+        assert_eq!(
+            parse_reply(b"*2\r\n:1\r\n:-5\r\n"),
+            Ok(Some(Reply::Ints([1, -5, 0, 0, 0, 0], 2)))
+        );
+        assert!(parse_reply(b"*7\r\n").is_err());
+        assert!(parse_reply(b"*1\r\n$1\r\nx\r\n").is_err());
+        assert!(parse_reply(b"*1\r\n:x\r\n").is_err());
     }
 }
