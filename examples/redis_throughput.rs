@@ -140,7 +140,7 @@ fn main() {
     }
     let trivial_args = vec!["EVALSHA".to_owned(), trivial, "0".to_owned()];
     println!(
-        "rategate RedisLimiter<TokenBucket> on redis-server {} (127.0.0.1, one multiplexed connection, concurrent decisions batched into one script call), {} turns of {} s per row, medians",
+        "rategate RedisLimiter<TokenBucket> on redis-server {} (127.0.0.1; concurrent decisions batched into one script call on the batching task's own connection, a lone caller calling directly), {} turns of {} s per row, medians",
         server
             .cli(&["INFO", "server"])
             .and_then(|i| i

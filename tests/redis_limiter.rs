@@ -12,6 +12,7 @@ use rategate::redis::{
 };
 use rategate::{ManualClock, Quota, TokenBucket};
 use redis_server::RedisServer;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -374,6 +375,33 @@ fn full_local_cache_still_caches_new_denials() {
     });
 }
 
+/// 64 concurrent tasks making `each` decisions over keys `k0`..`k3`, all
+/// of them Redis's: how many each key admitted.
+async fn burst(limiter: &RedisLimiter<TokenBucket>, each: usize) -> [u32; 4] {
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let mut admitted = [0u32; 4];
+                for i in 0..each {
+                    let key = (t + i) % 4;
+                    let d = limiter.check(&format!("k{key}")).await.unwrap();
+                    assert_eq!(d.source(), Source::Redis);
+                    admitted[key] += u32::from(d.is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = [0u32; 4];
+    for task in tasks {
+        for (sum, n) in total.iter_mut().zip(task.await.unwrap()) {
+            *sum += n;
+        }
+    }
+    total
+}
+
 /// Concurrent decisions on one server share script calls (batched, with
 /// one server `TIME` reading per batch): 64 tasks over 4 keys at 25 an
 /// hour still admit exactly 25 per key, and every decision is Redis's.
@@ -390,28 +418,7 @@ fn concurrent_decisions_are_batched_and_stay_exact() {
             .build()
             .await
             .unwrap();
-        let tasks: Vec<_> = (0..64)
-            .map(|t| {
-                let limiter = limiter.clone();
-                tokio::spawn(async move {
-                    let mut admitted = [0u32; 4];
-                    for i in 0..20 {
-                        let key = (t + i) % 4;
-                        let d = limiter.check(&format!("k{key}")).await.unwrap();
-                        assert_eq!(d.source(), Source::Redis);
-                        admitted[key] += u32::from(d.is_allowed());
-                    }
-                    admitted
-                })
-            })
-            .collect();
-        let mut total = [0u32; 4];
-        for task in tasks {
-            for (sum, n) in total.iter_mut().zip(task.await.unwrap()) {
-                *sum += n;
-            }
-        }
-        assert_eq!(total, [25; 4]);
+        assert_eq!(burst(&limiter, 20).await, [25; 4]);
         assert_eq!(limiter.stats().redis, 64 * 20);
         // Fewer script calls than decisions: they were shared.
         let stats = server.cli(&["INFO", "commandstats"]).unwrap();
@@ -422,5 +429,280 @@ fn concurrent_decisions_are_batched_and_stay_exact() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         assert!(calls > 0 && calls < 64 * 20, "{calls} script calls");
+    });
+}
+
+/// The scripts the server holds (`INFO memory`).
+fn cached_scripts(server: &RedisServer) -> u64 {
+    let info = server.cli(&["INFO", "memory"]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("number_of_cached_scripts in INFO memory")
+}
+
+/// A lone caller calls the single-decision script itself, without the
+/// batching task (which sends the looped batch script): after a `SCRIPT
+/// FLUSH`, a run of one caller at a time reloads only the single script.
+/// Then concurrent callers do go through the batching task, whose script
+/// is reloaded after `NOSCRIPT`, and both paths keep the decisions exact.
+#[test]
+fn a_lone_caller_calls_directly_and_batches_reload_after_flush() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&server.url())
+            .prefix("lone")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(cached_scripts(&server), 2, "single and batch scripts");
+        server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+        let mut admitted = 0;
+        for _ in 0..30 {
+            let d = limiter.check("alone").await.unwrap();
+            assert_eq!(d.source(), Source::Redis);
+            admitted += u32::from(d.is_allowed());
+        }
+        assert_eq!(admitted, 25);
+        assert_eq!(cached_scripts(&server), 1, "a lone caller used a batch");
+
+        assert_eq!(burst(&limiter, 10).await, [25; 4]);
+        assert_eq!(cached_scripts(&server), 2, "no batch was sent");
+        assert_eq!(limiter.stats().redis, 30 + 64 * 10);
+        assert_eq!(limiter.stats().errors, 0);
+    });
+}
+
+/// Queued callers set no timer of their own: the batching task answers
+/// each by its deadline, counted from the moment the caller asked, not
+/// from when its batch was sent. With Redis hung, a lone caller A holds
+/// the wire for the whole timeout; B asks 200 ms later and queues behind
+/// it, so its batch is sent only when A gives up. B is still answered (by
+/// the store-down policy) within the timeout of its asking, where a batch
+/// bounded from its sending would keep it for 300 ms more.
+#[test]
+fn a_queued_caller_is_answered_within_the_timeout_of_its_asking() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+        let timeout = Duration::from_millis(500);
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_second(1000).unwrap())
+            .url(&server.url())
+            .prefix("hung")
+            .timeout(timeout)
+            .store_down(StoreDown::FailClosed)
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(limiter.check("k").await.unwrap().source(), Source::Redis);
+        let port = server.port;
+        let pause = std::thread::spawn(move || {
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "3"])
+                .output()
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ask = |key: &'static str| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let d = limiter.check(key).await.unwrap();
+                (d.source(), start.elapsed())
+            })
+        };
+        let a = ask("a");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let b = ask("b");
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        assert_eq!(a.0, Source::FailClosed);
+        assert_eq!(b.0, Source::FailClosed);
+        assert!(a.1 >= timeout, "A gave up after {:?}", a.1);
+        assert!(
+            b.1 < timeout + Duration::from_millis(200),
+            "B waited {:?}",
+            b.1
+        );
+        assert_eq!(limiter.stats().timeouts, 2);
+        pause.join().unwrap();
+    });
+}
+
+/// Where each of `tasks` concurrent decisions on distinct keys came from.
+async fn concurrent_sources(limiter: &RedisLimiter<TokenBucket>, tasks: usize) -> Vec<Source> {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let d = limiter.check(&format!("c{t}")).await.unwrap();
+                let took = start.elapsed();
+                assert!(took < TIMEOUT + Duration::from_millis(400), "took {took:?}");
+                d.source()
+            })
+        })
+        .collect();
+    let mut sources = Vec::new();
+    for h in handles {
+        sources.push(h.await.unwrap());
+    }
+    sources
+}
+
+/// The batching task's own connection: dropped when Redis goes away
+/// (queued callers get the store-down policy within the timeout), opened
+/// again once it is back, and the batch script reloaded on the restarted
+/// server (which has none).
+#[test]
+fn batches_reconnect_and_reload_after_a_restart() {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut server = RedisServer::start();
+        let limiter = limiter(
+            &server,
+            Quota::per_second(1000).unwrap(),
+            StoreDown::FailClosed,
+        )
+        .await;
+        let up = concurrent_sources(&limiter, 32).await;
+        assert!(up.iter().all(|s| *s == Source::Redis), "{up:?}");
+        server.kill();
+        for _ in 0..3 {
+            let down = concurrent_sources(&limiter, 32).await;
+            assert!(down.iter().all(|s| *s == Source::FailClosed), "{down:?}");
+        }
+        server.restart();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let back = concurrent_sources(&limiter, 32).await;
+            if back.iter().all(|s| *s == Source::Redis) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never reconnected: {back:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stats = limiter.stats();
+        assert!(
+            stats.errors >= 3 * 32 && stats.fail_closed >= 3 * 32,
+            "{stats:?}"
+        );
+    });
+}
+
+/// The batching task's own connection logs in as the URL's user and
+/// selects its database, as the shared connection does: a burst's
+/// decisions all land in database 3 and stay exact.
+#[test]
+fn batches_use_the_urls_user_password_and_database() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        server
+            .cli(&[
+                "ACL", "SETUSER", "app", "on", ">app-pw", "~*", "&*", "+@all",
+            ])
+            .unwrap();
+        server
+            .cli(&["CONFIG", "SET", "requirepass", "admin-pw"])
+            .unwrap();
+        let url = format!("redis://app:app-pw@127.0.0.1:{}/3", server.port);
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&url)
+            .prefix("authed")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(burst(&limiter, 10).await, [25; 4]);
+        let keys = |db: &str| {
+            let out = std::process::Command::new("redis-cli")
+                .args(["-p", &server.port.to_string()])
+                .args(["--user", "app", "--pass", "app-pw", "--no-auth-warning"])
+                .args(["-n", db, "KEYS", "authed:*"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines().filter(|l| l.starts_with("authed:")).count()
+        };
+        assert_eq!(keys("3"), 4);
+        assert_eq!(keys("0"), 0);
+    });
+}
+
+/// A lone caller's call borrows the batching connection; when its future
+/// is dropped mid-call (polled once, so its command is written and its
+/// reply not yet read), the reply still owed on that socket must never
+/// answer a later decision: every decision on another key counts down
+/// exactly.
+#[test]
+fn a_cancelled_lone_call_never_answers_a_later_one() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&server.url())
+            .prefix("cancel")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        let mut cancelled = 0;
+        for i in 0..40u32 {
+            let noise = format!("noise{i}");
+            {
+                let mut call = std::pin::pin!(limiter.check(&noise));
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                if call.as_mut().poll(&mut cx).is_pending() {
+                    cancelled += 1;
+                }
+            }
+            let d = limiter.check("exact").await.unwrap();
+            assert_eq!(d.source(), Source::Redis);
+            if i < 25 {
+                assert!(d.is_allowed(), "decision {i}: {d:?}");
+                assert_eq!(d.decision().remaining(), 24 - i, "decision {i}");
+            } else {
+                assert!(!d.is_allowed(), "decision {i}: {d:?}");
+            }
+        }
+        assert!(
+            cancelled > 30,
+            "only {cancelled} calls were cancelled mid-way"
+        );
+    });
+}
+
+/// A lone caller's future that is polled once and then neither polled nor
+/// dropped keeps the connection; callers queued meanwhile still get an
+/// answer (the store-down policy's) within the timeout of their asking.
+#[test]
+fn a_stalled_lone_call_does_not_hold_up_the_queue_past_its_deadline() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = limiter(
+            &server,
+            Quota::per_second(1000).unwrap(),
+            StoreDown::FailClosed,
+        )
+        .await;
+        assert_eq!(limiter.check("warm").await.unwrap().source(), Source::Redis);
+        let mut stalled = std::pin::pin!(limiter.check("stalled"));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(stalled.as_mut().poll(&mut cx).is_pending());
+        let start = Instant::now();
+        let d = tokio::time::timeout(Duration::from_secs(5), limiter.check("queued"))
+            .await
+            .expect("a queued caller waited past its timeout")
+            .unwrap();
+        assert_eq!(d.source(), Source::FailClosed);
+        assert!(start.elapsed() < TIMEOUT + Duration::from_millis(400));
     });
 }

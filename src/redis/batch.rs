@@ -6,10 +6,11 @@
 //! spends a channel hop and a wake-up per call. So decisions that are
 //! waiting at the same moment go to Redis together: a driver task takes
 //! every queued request (up to [`MAX_BATCH`]) and sends them as one
-//! `EVALSHA` of the algorithm's script wrapped in a loop ([`batch_script`]).
-//! Under one caller a batch is one request, as before; under many, a batch
-//! is whatever queued while the previous one was on the wire, so batching
-//! adds no waiting of its own.
+//! `EVALSHA` of the algorithm's script wrapped in a loop ([`batch_script`])
+//! on a connection of its own (`wire.rs`). Under many callers, a batch is
+//! whatever queued while the previous one was on the wire, so batching
+//! adds no waiting of its own. A lone caller skips the driver and calls
+//! the single-decision script itself ([`Batcher::enter`]).
 //!
 //! Redis runs a script atomically, so a batch decides its requests one
 //! after the other, exactly as separate calls arriving in that order would:
@@ -18,11 +19,13 @@
 //! one slot only, and calls there stay one per decision.
 
 use super::RedisError;
-use redis::Value;
-use redis::aio::ConnectionManager;
+use super::key::KeySpace;
+use super::wire::{Reply as WireReply, Wire, server_error};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 /// The most requests one script call carries, so that no call holds Redis
 /// for long.
@@ -40,9 +43,16 @@ pub(crate) type Reply = [i64; 6];
 /// record is `now, cost, parameters...`, as for a single call, except that
 /// a `now` of `-1` (server time) is replaced by one `TIME` reading for the
 /// whole batch (a call of `TIME` per decision was a third of the script's
-/// Redis calls). Returns six
-/// values per record: the script's reply, or `-1` and the message of an
-/// error reply followed by four zeros.
+/// Redis calls).
+///
+/// Returns one string for the whole batch, a line per record: the six
+/// values of the script's reply as decimal integers separated by spaces
+/// (`%d`, the same truncation Redis applies when it turns a Lua number into
+/// an integer reply), or `!`, the length of an error reply's message, `:`
+/// and the message. One bulk string instead of an array of six integers
+/// per record: the client's reply parser spent a fifth of the client's time
+/// on those arrays (`perf`, 64 tasks), and [`parse`] reads the text
+/// directly.
 pub(crate) fn batch_script(source: &str) -> String {
     format!(
         "local function decide(KEYS, ARGV)\n{source}\nend\n{}",
@@ -72,68 +82,303 @@ for i = 0, n - 1 do
   end
   local r = decide(keys, args)
   if r.err then
-    out[#out + 1] = -1
-    out[#out + 1] = r.err
-    for j = 1, 4 do
-      out[#out + 1] = 0
-    end
+    out[#out + 1] = '!' .. #r.err .. ':' .. r.err .. '\n'
   else
-    for j = 1, 6 do
-      out[#out + 1] = r[j]
-    end
+    out[#out + 1] = string.format('%d %d %d %d %d %d\n', r[1], r[2], r[3], r[4], r[5], r[6])
   end
 end
-return out
+return table.concat(out)
 "
     )
 }
 
 /// One queued decision.
 struct Job {
-    keys: Vec<String>,
+    /// The user's key (the driver writes its Redis keys into the command).
+    key: String,
     now: i64,
     cost: u32,
+    /// When the caller stops waiting: a job still queued then is answered
+    /// with a timeout without being sent, and a batch on the wire is
+    /// bounded by its oldest job's deadline.
+    deadline: Instant,
     reply: oneshot::Sender<Result<Reply, RedisError>>,
+}
+
+/// What the limiter's callers and the driver task share.
+#[derive(Debug)]
+struct Shared {
+    /// The connection, held by whoever has a script call on it: the driver
+    /// for a batch, or a lone caller for its own decision (see
+    /// [`Batcher::enter`]). tokio's mutex is fair: a waiting driver gets it
+    /// before any later `try_lock`.
+    link: tokio::sync::Mutex<Link>,
+    /// Callers between [`Batcher::enter`] and their answer (or their
+    /// future's drop).
+    active: AtomicUsize,
+}
+
+/// A script's source and SHA1.
+#[derive(Debug)]
+struct Loaded {
+    source: String,
+    hash: String,
+}
+
+impl Loaded {
+    fn new(source: String) -> Loaded {
+        let hash = redis::Script::new(&source).get_hash().to_owned();
+        Loaded { source, hash }
+    }
+}
+
+/// Which script a call runs.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    /// The looped script, any number of decisions ([`batch_script`]).
+    Batch,
+    /// The algorithm's own script, one decision.
+    Single,
+}
+
+/// The connection (see `wire.rs`) and what a script call is written with,
+/// its buffers reused from call to call.
+struct Link {
+    wire: Wire,
+    batch: Loaded,
+    single: Loaded,
+    params: Vec<i64>,
+    keys: KeySpace,
+    suffixes: &'static [&'static str],
+    /// The command.
+    command: redis::Cmd,
+    /// The command as sent.
+    packed: Vec<u8>,
+    /// One Redis key at a time, written before it is copied in.
+    key: String,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// Writes the `EVALSHA` of the batch script for `jobs`: the keys
+    /// straight from each job's user key, the integers without an
+    /// allocation per argument.
+    fn encode_batch(&mut self, jobs: &[Job]) {
+        let command = &mut self.command;
+        command.clear();
+        command
+            .arg("EVALSHA")
+            .arg(self.batch.hash.as_str())
+            .arg(jobs.len() * self.suffixes.len());
+        for job in jobs {
+            for suffix in self.suffixes {
+                self.key.clear();
+                self.keys.write(&job.key, suffix, &mut self.key);
+                command.arg(self.key.as_bytes());
+            }
+        }
+        command.arg(self.suffixes.len()).arg(self.params.len());
+        for param in &self.params {
+            command.arg(*param);
+        }
+        for job in jobs {
+            command.arg(job.now).arg(job.cost);
+        }
+    }
+
+    /// Writes the `EVALSHA` of the algorithm's own script for one decision
+    /// (keys, then `now, cost, parameters...`, as on a Cluster).
+    fn encode_single(&mut self, key: &str, now: i64, cost: u32) {
+        let command = &mut self.command;
+        command.clear();
+        command
+            .arg("EVALSHA")
+            .arg(self.single.hash.as_str())
+            .arg(self.suffixes.len());
+        for suffix in self.suffixes {
+            self.key.clear();
+            self.keys.write(key, suffix, &mut self.key);
+            command.arg(self.key.as_bytes());
+        }
+        command.arg(now).arg(cost);
+        for param in &self.params {
+            command.arg(*param);
+        }
+    }
+
+    /// Runs the encoded command, loading `which` script once if Redis lost
+    /// it (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`).
+    async fn query(&mut self, which: Which) -> redis::RedisResult<WireReply> {
+        self.packed.clear();
+        self.command.write_packed_command(&mut self.packed);
+        let reply = self.wire.request(&self.packed).await?;
+        if !matches!(&reply, WireReply::Error(m) if m.starts_with("NOSCRIPT")) {
+            return Ok(reply);
+        }
+        let source = match which {
+            Which::Batch => &self.batch.source,
+            Which::Single => &self.single.source,
+        };
+        let load = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source.as_str())
+            .get_packed_command();
+        if let WireReply::Error(message) = self.wire.request(&load).await? {
+            return Err(server_error(message));
+        }
+        self.wire.request(&self.packed).await
+    }
 }
 
 /// The queue in front of the driver task; dropping it ends the task.
 #[derive(Debug)]
 pub(crate) struct Batcher {
     queue: mpsc::UnboundedSender<Job>,
+    shared: Arc<Shared>,
+}
+
+/// A caller counted in [`Shared::active`] until dropped.
+pub(crate) struct Active<'a> {
+    shared: &'a Shared,
+    /// The connection, when this caller was alone and calls directly.
+    link: Option<tokio::sync::MutexGuard<'a, Link>>,
+}
+
+impl Active<'_> {
+    /// Whether this caller holds the connection: it was the only caller
+    /// and no call was on the wire, so it calls Redis itself
+    /// ([`call`](Active::call)), without the driver's hop.
+    pub(crate) fn direct(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// The lone caller's decision: the algorithm's own script, on the
+    /// driver's connection, in the caller's task, at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As a batched call; [`RedisError::Config`] when this caller is not
+    /// [`direct`](Active::direct).
+    pub(crate) async fn call(
+        &mut self,
+        key: &str,
+        now: i64,
+        cost: u32,
+        timeout: Duration,
+    ) -> Result<Reply, RedisError> {
+        let Some(link) = self.link.as_deref_mut() else {
+            return Err(RedisError::Config("only a lone caller calls directly"));
+        };
+        link.encode_single(key, now, cost);
+        let sent = tokio::time::timeout(timeout, link.query(Which::Single)).await;
+        let reply = match sent {
+            Err(_) => {
+                // The reply may still come: not on this socket.
+                link.wire.reset();
+                return Err(RedisError::Timeout);
+            }
+            Ok(Err(e)) if e.is_timeout() => return Err(RedisError::Timeout),
+            Ok(Err(e)) => return Err(RedisError::Redis(e)),
+            Ok(Ok(reply)) => reply,
+        };
+        match reply {
+            WireReply::Ints(values, 6) => Ok(values),
+            WireReply::Error(message) => Err(RedisError::Redis(server_error(message))),
+            other => Err(RedisError::BadReply(format!("{other:?}"))),
+        }
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a count read as a hint, ordering nothing (the wire lock
+        // orders the calls).
+        self.shared.active.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Batcher {
-    /// Starts the driver task on the current tokio runtime.
+    /// Starts the driver task on the current tokio runtime, on its own
+    /// connection to the server `info` names (see `wire.rs`). `single` is
+    /// the algorithm's script and `batch` its looped form (see
+    /// [`batch_script`]); `keys` and `suffixes` name each decision's Redis
+    /// keys.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Config`] for an address the driver cannot open.
     pub(crate) fn start(
-        connection: ConnectionManager,
-        script: redis::Script,
+        info: redis::ConnectionInfo,
+        single: &str,
+        batch: String,
         params: Vec<i64>,
-        timeout: Duration,
-    ) -> Batcher {
+        keys: KeySpace,
+        suffixes: &'static [&'static str],
+    ) -> Result<Batcher, RedisError> {
         let (queue, jobs) = mpsc::unbounded_channel();
+        let link = Link {
+            wire: Wire::new(info)?,
+            batch: Loaded::new(batch),
+            single: Loaded::new(single.to_owned()),
+            params,
+            keys,
+            suffixes,
+            command: redis::Cmd::new(),
+            packed: Vec::new(),
+            key: String::new(),
+        };
+        let shared = Arc::new(Shared {
+            link: tokio::sync::Mutex::new(link),
+            active: AtomicUsize::new(0),
+        });
         let call = Call {
-            connection,
-            script,
-            params: params.into(),
-            timeout,
+            shared: Arc::clone(&shared),
+            live: Vec::with_capacity(MAX_BATCH),
+            replies: Vec::with_capacity(MAX_BATCH),
         };
         tokio::spawn(call.run(jobs));
-        Batcher { queue }
+        Ok(Batcher { queue, shared })
     }
 
-    /// Queues one decision and waits for its reply (the caller bounds the
-    /// wait with its timeout).
+    /// Counts a caller in. When it is the only one and nothing is on the
+    /// wire, the returned guard holds the connection
+    /// ([`direct`](Active::direct)): a lone caller gains nothing from
+    /// batching and would pay the driver's hop (two task wake-ups) per
+    /// decision. Under concurrent callers they all queue, so that batches
+    /// do not fragment into one-decision direct calls.
+    pub(crate) fn enter(&self) -> Active<'_> {
+        let before = self.shared.active.fetch_add(1, Ordering::Relaxed);
+        let link = if before == 0 {
+            self.shared.link.try_lock().ok()
+        } else {
+            None
+        };
+        Active {
+            shared: &self.shared,
+            link,
+        }
+    }
+
+    /// Queues one decision and waits for its reply, at most `timeout`
+    /// (the driver answers a timeout; the caller sets no timer of its own).
     pub(crate) async fn call(
         &self,
-        keys: Vec<String>,
+        key: &str,
         now: i64,
         cost: u32,
+        timeout: Duration,
     ) -> Result<Reply, RedisError> {
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            keys,
+            key: key.to_owned(),
             now,
             cost,
+            deadline: Instant::now() + timeout,
             reply,
         };
         let stopped = || RedisError::Config("the batching task stopped");
@@ -147,18 +392,50 @@ impl Batcher {
 /// batch in flight halved the batch size and lowered throughput, measured
 /// with `examples/redis_throughput.rs`).
 struct Call {
-    connection: ConnectionManager,
-    script: redis::Script,
-    params: Arc<[i64]>,
-    timeout: Duration,
+    shared: Arc<Shared>,
+    /// The batch's jobs still waiting for an answer.
+    live: Vec<Job>,
+    replies: Vec<Result<Reply, RedisError>>,
 }
 
 impl Call {
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
-        // Zero: every limiter clone (every sender) is gone.
-        while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            self.send(&mut batch).await;
+        let shared = Arc::clone(&self.shared);
+        loop {
+            // Zero: every limiter clone (every sender) is gone.
+            if batch.is_empty() && jobs.recv_many(&mut batch, MAX_BATCH).await == 0 {
+                return;
+            }
+            let Some(deadline) = batch.first().map(|job: &Job| job.deadline) else {
+                continue;
+            };
+            // A lone caller holds the connection for its call, bounded by
+            // its timeout; but a caller's future may also sit unpolled and
+            // undropped. Queued callers set no timer of their own, so the
+            // wait for the connection is bounded by their deadlines too.
+            let Ok(mut link) = tokio::time::timeout_at(deadline, shared.link.lock()).await else {
+                let now = Instant::now();
+                let mut waiting = Vec::with_capacity(batch.len());
+                for job in batch.drain(..) {
+                    if job.deadline <= now {
+                        let _ = job.reply.send(Err(RedisError::Timeout));
+                    } else {
+                        waiting.push(job);
+                    }
+                }
+                batch = waiting;
+                continue;
+            };
+            // What queued while the connection was busy joins this batch.
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.send(&mut link, &mut batch).await;
+            drop(link);
             // The callers just answered are runnable and about to ask
             // again: let them queue before the next batch is taken, or the
             // batches fragment into ones of a request or two.
@@ -167,46 +444,56 @@ impl Call {
     }
 
     /// Sends `batch` as one script call and hands out the replies,
-    /// leaving `batch` empty.
-    async fn send(&mut self, batch: &mut Vec<Job>) {
-        let mut invocation = self.script.prepare_invoke();
-        let per_record = batch.first().map_or(0, |job| job.keys.len());
-        for job in batch.iter() {
-            for key in &job.keys {
-                invocation.key(key.as_str());
+    /// leaving `batch` empty. Jobs whose caller is gone are dropped
+    /// unsent (no quota spent on a decision nobody reads), and jobs past
+    /// their deadline are answered with a timeout unsent.
+    async fn send(&mut self, link: &mut Link, batch: &mut Vec<Job>) {
+        let now = Instant::now();
+        for job in batch.drain(..) {
+            if job.reply.is_closed() {
+                continue;
             }
+            if job.deadline <= now {
+                let _ = job.reply.send(Err(RedisError::Timeout));
+                continue;
+            }
+            self.live.push(job);
         }
-        invocation.arg(per_record).arg(self.params.len());
-        for param in self.params.iter() {
-            invocation.arg(*param);
-        }
-        for job in batch.iter() {
-            invocation.arg(job.now).arg(job.cost);
-        }
-        let sent = tokio::time::timeout(
-            self.timeout,
-            invocation.invoke_async::<Value>(&mut self.connection),
-        )
-        .await;
+        let Some(deadline) = self.live.first().map(|job| job.deadline) else {
+            return;
+        };
+        link.encode_batch(&self.live);
+        let sent = tokio::time::timeout_at(deadline, link.query(Which::Batch)).await;
         let replies = match sent {
-            Err(_) => Err(RedisError::Timeout),
+            Err(_) => {
+                // The reply may still come: not on this socket.
+                link.wire.reset();
+                Err(RedisError::Timeout)
+            }
             Ok(Err(e)) if e.is_timeout() => Err(RedisError::Timeout),
             Ok(Err(e)) => Err(RedisError::Redis(e)),
-            Ok(Ok(value)) => split(value, batch.len()),
+            Ok(Ok(WireReply::Bulk { start, len })) => parse(
+                link.wire.bulk(start, len),
+                self.live.len(),
+                &mut self.replies,
+            ),
+            Ok(Ok(WireReply::Error(message))) => Err(RedisError::Redis(server_error(message))),
+            Ok(Ok(other)) => Err(RedisError::BadReply(format!("batch reply: {other:?}"))),
         };
         match replies {
-            Ok(replies) => {
-                for (job, reply) in batch.drain(..).zip(replies) {
+            Ok(()) => {
+                for (job, reply) in self.live.drain(..).zip(self.replies.drain(..)) {
                     // The caller may have timed out and gone: nothing to do.
                     let _ = job.reply.send(reply);
                 }
             }
             Err(error) => {
-                for job in batch.drain(..) {
+                for job in self.live.drain(..) {
                     let _ = job.reply.send(Err(copy(&error)));
                 }
             }
         }
+        self.replies.clear();
     }
 }
 
@@ -219,56 +506,124 @@ fn copy(error: &RedisError) -> RedisError {
     }
 }
 
-/// Six values per record: the decision, or an error reply's message.
-fn split(value: Value, records: usize) -> Result<Vec<Result<Reply, RedisError>>, RedisError> {
+/// Reads the batch script's reply (see [`batch_script`]) into `out`, one
+/// entry per record: the decision, or an error reply's message.
+fn parse(
+    text: &[u8],
+    records: usize,
+    out: &mut Vec<Result<Reply, RedisError>>,
+) -> Result<(), RedisError> {
     let bad = |what: &str| RedisError::BadReply(format!("batch reply: {what}"));
-    let Value::Array(values) = value else {
-        return Err(bad("not an array"));
-    };
-    if values.len() != records * 6 {
+    let mut rest = text;
+    for _ in 0..records {
+        if let Some(error) = rest.strip_prefix(b"!") {
+            let colon = error
+                .iter()
+                .position(|&b| b == b':')
+                .ok_or_else(|| bad("no length"))?;
+            let len = std::str::from_utf8(&error[..colon])
+                .ok()
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| bad("bad length"))?;
+            let message = error
+                .get(colon + 1..colon + 1 + len)
+                .ok_or_else(|| bad("short message"))?;
+            out.push(Err(RedisError::BadReply(format!(
+                "script error: {}",
+                String::from_utf8_lossy(message)
+            ))));
+            rest = error
+                .get(colon + 1 + len..)
+                .and_then(|r| r.strip_prefix(b"\n"))
+                .ok_or_else(|| bad("no line end"))?;
+            continue;
+        }
+        let mut reply = [0; 6];
+        for (i, slot) in reply.iter_mut().enumerate() {
+            let end = if i == 5 { b'\n' } else { b' ' };
+            let (value, after) = integer(rest, end).ok_or_else(|| bad("not an integer"))?;
+            *slot = value;
+            rest = after;
+        }
+        out.push(Ok(reply));
+    }
+    if !rest.is_empty() {
         return Err(bad("wrong length"));
     }
-    let int = |v: &Value| match v {
-        Value::Int(n) => Some(*n),
-        _ => None,
+    Ok(())
+}
+
+/// A decimal `i64` at the start of `text`, ended by `end`, and what follows
+/// `end`.
+fn integer(text: &[u8], end: u8) -> Option<(i64, &[u8])> {
+    let stop = text.iter().position(|&b| b == end)?;
+    let (digits, negative) = match text[..stop].strip_prefix(b"-") {
+        Some(digits) => (digits, true),
+        None => (&text[..stop], false),
     };
-    Ok(values
-        .chunks(6)
-        .map(|chunk| {
-            if let [Value::Int(-1), message, ..] = chunk {
-                let text = match message {
-                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                    other => format!("{other:?}"),
-                };
-                return Err(RedisError::BadReply(format!("script error: {text}")));
-            }
-            let mut reply = [0; 6];
-            for (slot, v) in reply.iter_mut().zip(chunk) {
-                *slot = int(v).ok_or_else(|| bad("not an integer"))?;
-            }
-            Ok(reply)
-        })
-        .collect())
+    if digits.is_empty() {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        // Negative accumulation reaches i64::MIN too.
+        value = value.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+    }
+    let value = if negative {
+        value
+    } else {
+        value.checked_neg()?
+    };
+    Some((value, &text[stop + 1..]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parsed(text: &str, records: usize) -> Result<Vec<Result<Reply, RedisError>>, RedisError> {
+        let mut out = Vec::new();
+        parse(text.as_bytes(), records, &mut out).map(|()| out)
+    }
+
     #[test]
     fn replies_and_error_replies_go_to_their_requests() {
-        let ints = |v: &[i64]| v.iter().map(|&n| Value::Int(n)).collect::<Vec<_>>();
-        let mut values = ints(&[1, 5, 4, 10, 0, 0]);
-        values.push(Value::Int(-1));
-        values.push(Value::BulkString(b"ERR cost exceeds capacity".to_vec()));
-        values.extend(ints(&[0, 0, 0, 0]));
-        values.extend(ints(&[0, 5, 0, 7, 3, 0]));
-        let replies = split(Value::Array(values), 3).unwrap();
+        let text = "1 5 4 10 0 0\n!25:ERR cost exceeds capacity\n0 5 0 7 3 0\n-1 9223372036854775807 -9223372036854775808 0 0 0\n";
+        let replies = parsed(text, 4).unwrap();
         assert_eq!(replies[0].as_ref().unwrap(), &[1, 5, 4, 10, 0, 0]);
-        assert!(matches!(&replies[1], Err(RedisError::BadReply(m)) if m.contains("exceeds")));
+        assert!(
+            matches!(&replies[1], Err(RedisError::BadReply(m)) if m.ends_with("ERR cost exceeds capacity"))
+        );
         assert_eq!(replies[2].as_ref().unwrap(), &[0, 5, 0, 7, 3, 0]);
-        assert!(split(Value::Array(ints(&[1, 2, 3])), 1).is_err());
-        assert!(split(Value::Int(1), 1).is_err());
+        assert_eq!(
+            replies[3].as_ref().unwrap(),
+            &[-1, i64::MAX, i64::MIN, 0, 0, 0]
+        );
+        // A message may hold the separators.
+        let replies = parsed("!6:a:\n1 2\n", 1).unwrap();
+        assert!(matches!(&replies[0], Err(RedisError::BadReply(m)) if m.ends_with("a:\n1 2")));
+    }
+
+    #[test]
+    fn malformed_replies_are_refused() {
+        for (text, records) in [
+            ("1 2 3\n", 1),
+            ("1 2 3 4 5 6\n", 2),
+            ("1 2 3 4 5 6\n1 2 3 4 5 6\n", 1),
+            ("1 2 3 4 5 6", 1),
+            ("1 2 x 4 5 6\n", 1),
+            ("1 2  4 5 6\n", 1),
+            ("1 2 - 4 5 6\n", 1),
+            ("9223372036854775808 2 3 4 5 6\n", 1),
+            ("!9:short\n", 1),
+            ("!x:message\n", 1),
+            ("!3:abc", 1),
+        ] {
+            assert!(parsed(text, records).is_err(), "{text:?}");
+        }
     }
 
     #[test]

@@ -311,17 +311,24 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let policy = format!("{}:{unit}", quota_segment(&self.quota));
         let keys = KeySpace::new(&self.prefix, &policy)?;
         let script = redis::Script::new(A::SCRIPT);
-        let batch = redis::Script::new(&batch_script(A::SCRIPT));
+        let batch_source = batch_script(A::SCRIPT);
+        let batch = redis::Script::new(&batch_source);
         let timeout = self.timeout;
+        let single = match &self.target {
+            Some(Target::Url(url)) => Some(redis::Client::open(url.as_str())?),
+            _ => None,
+        };
         let connection = connect(self.target, timeout, &[&script, &batch]).await?;
-        let batcher = match &connection {
-            Connection::Single(manager) => Some(Batcher::start(
-                manager.clone(),
-                batch,
+        let batcher = match single {
+            Some(client) => Some(Batcher::start(
+                client.get_connection_info().clone(),
+                A::SCRIPT,
+                batch_source,
                 params.clone(),
-                timeout,
-            )),
-            Connection::Cluster(_) => None,
+                keys.clone(),
+                A::KEY_SUFFIXES,
+            )?),
+            None => None,
         };
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
@@ -422,9 +429,32 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         } else {
             -1
         };
-        if let Some(batcher) = &inner.batcher {
-            return self.call_batched(batcher, key, now_arg, cost).await;
-        }
+        let Some(batcher) = &inner.batcher else {
+            return self.call_direct(key, now_arg, cost).await;
+        };
+        // Counts this caller until it is answered or dropped, and holds
+        // the wire for a lone caller (see `Batcher::enter`).
+        let mut active = batcher.enter();
+        let decided = if active.direct() {
+            match active.call(key, now_arg, cost, inner.timeout).await {
+                Ok(reply) => self.decode(&reply),
+                Err(error) => Err(error),
+            }
+        } else {
+            self.call_batched(batcher, key, now_arg, cost).await
+        };
+        drop(active);
+        decided
+    }
+
+    /// One script call of its own, on a Cluster.
+    async fn call_direct(
+        &self,
+        key: &str,
+        now_arg: i64,
+        cost: u32,
+    ) -> Result<Decision, RedisError> {
+        let inner = &*self.inner;
         let mut invocation = inner.script.prepare_invoke();
         for suffix in A::KEY_SUFFIXES {
             invocation.key(inner.keys.key(key, suffix));
@@ -462,14 +492,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
         now_arg: i64,
         cost: u32,
     ) -> Result<Decision, RedisError> {
-        let inner = &*self.inner;
-        let keys = A::KEY_SUFFIXES
-            .iter()
-            .map(|suffix| inner.keys.key(key, suffix))
-            .collect();
-        let reply = tokio::time::timeout(inner.timeout, batcher.call(keys, now_arg, cost))
-            .await
-            .map_err(|_| RedisError::Timeout)??;
+        let reply = batcher.call(key, now_arg, cost, self.inner.timeout).await?;
         self.decode(&reply)
     }
 
