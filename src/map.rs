@@ -5,6 +5,7 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::ops::Deref;
 
 #[cfg(not(rategate_loom))]
 pub(crate) struct KeyMap<K, V, S> {
@@ -19,6 +20,16 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
             None => dashmap::DashMap::with_hasher(hasher),
         };
         KeyMap { map }
+    }
+
+    /// The key's value, under its shard's read lock while the guard lives.
+    #[inline]
+    pub(crate) fn get<'a, Q>(&'a self, key: &'a Q) -> Option<impl Deref<Target = V> + 'a>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.get(key)
     }
 
     /// Runs `f` on the key's value under its shard's read lock.
@@ -101,6 +112,15 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         map.get(key).map(f)
     }
 
+    pub(crate) fn get<'a, Q>(&'a self, key: &'a Q) -> Option<impl Deref<Target = V> + 'a>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.contains_key(key).then_some(LoomRef { map, key })
+    }
+
     pub(crate) fn with_or_insert_if<T, R>(
         &self,
         key: K,
@@ -139,5 +159,31 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
     pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         map.iter().for_each(|(k, v)| f(k, v));
+    }
+}
+
+/// A value of the loom model's map, looked up again on each access under
+/// the read lock the guard holds (which keeps the key from being removed).
+#[cfg(rategate_loom)]
+struct LoomRef<'a, K, V, S, Q: ?Sized> {
+    map: loom::sync::RwLockReadGuard<'a, std::collections::HashMap<K, V, S>>,
+    key: &'a Q,
+}
+
+#[cfg(rategate_loom)]
+impl<K, V, S, Q> Deref for LoomRef<'_, K, V, S, Q>
+where
+    K: Hash + Eq + Borrow<Q>,
+    S: BuildHasher,
+    Q: Hash + Eq + ?Sized,
+{
+    type Target = V;
+
+    fn deref(&self) -> &V {
+        match self.map.get(self.key) {
+            Some(value) => value,
+            // The read lock held since `get` found the key keeps it.
+            None => unreachable!("a key removed under a read lock"),
+        }
     }
 }
