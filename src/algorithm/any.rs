@@ -333,6 +333,16 @@ impl Algorithm for AnyAlgorithm {
     }
 
     #[inline(always)]
+    fn check_one(&self, state: &AnyState, now: u64) -> Decision {
+        dispatch!(
+            self,
+            state,
+            |a, s| a.check_one(s, now),
+            Decision::deny(self.capacity(), 0, 0, u64::MAX)
+        )
+    }
+
+    #[inline(always)]
     fn peek(&self, state: &AnyState, now: u64, cost: u32) -> Result<Decision, CheckError> {
         dispatch!(
             self,

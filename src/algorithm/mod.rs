@@ -59,6 +59,18 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
     /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
     fn check(&self, state: &Self::State, now: u64, cost: u32) -> Result<Decision, CheckError>;
 
+    /// Decides a request of cost 1 at `now` as [`check`](Algorithm::check)
+    /// does, with a cost the algorithm can never admit (a capacity of 0,
+    /// which no algorithm built from a quota has) a permanent denial. What
+    /// [`RateLimiter::check`](crate::RateLimiter::check) calls; an
+    /// implementation that dispatches (the run-time choice) overrides it so
+    /// that no `Result` is merged and unwrapped on the hot path.
+    #[inline(always)]
+    fn check_one(&self, state: &Self::State, now: u64) -> Decision {
+        self.check(state, now, 1)
+            .unwrap_or_else(crate::limiter::never_passes)
+    }
+
     /// Decides as [`check`](Algorithm::check) would, recording nothing.
     ///
     /// # Errors
