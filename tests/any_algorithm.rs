@@ -267,7 +267,10 @@ fn a_state_of_another_kind_is_denied_and_idle() {
     let log_state = log.new_state();
     assert!(matches!(log_state, AnyState::Log(_)));
     assert!(!bucket.check(&log_state, 0, 1).unwrap().is_allowed());
-    assert_eq!(bucket.check_one(&log_state, 0), bucket.check(&log_state, 0, 1).unwrap());
+    assert_eq!(
+        bucket.check_one(&log_state, 0),
+        bucket.check(&log_state, 0, 1).unwrap()
+    );
     assert!(!bucket.peek(&log_state, 0, 1).unwrap().is_allowed());
     assert!(bucket.is_idle(&log_state, 0));
     let word_state = bucket.new_state();
