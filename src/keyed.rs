@@ -442,18 +442,17 @@ where
         let now = self.clock.now();
         let mut admitted = 0;
         for key in keys {
-            let known = self
-                .map
-                .with(key, |state| self.algorithm.check(state, now, 1));
-            let result = match known {
-                Some(result) => result,
+            // As `check`: the decision straight from the algorithm's cost-1
+            // check under the map's read guard (dropped with the match).
+            let decision = match self.map.get(key) {
+                Some(state) => self.algorithm.check_one(&state, now),
                 None => crate::algorithm::check_cost(1, self.algorithm.capacity())
-                    .and_then(|()| self.check_new(key, now, 1)),
+                    .and_then(|()| self.check_new(key, now, 1))
+                    .unwrap_or_else(never_passes),
             };
             // As after a separate check: under a key cap, when a sweep
             // runs decides which keys find room.
             self.maybe_auto_sweep(now);
-            let decision = result.unwrap_or_else(never_passes);
             admitted += usize::from(decision.is_allowed());
             each(key, decision);
         }
