@@ -96,7 +96,10 @@ impl FixedWindow {
     /// to store: a new one when a request of non-zero cost is admitted (its
     /// count is then above any count it replaces in its window), else `word`
     /// itself (nothing to write).
-    #[inline]
+    // Always inlined: as a call, the check's compare-exchange loop received
+    // the decision through the stack, in pieces the CPU cannot forward to
+    // the loads that read it back (measured: the denial 5-15 ns slower).
+    #[inline(always)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let count = word & ((1 << self.count_bits) - 1);
         // A count of 0 is a fresh state whatever its tag says.
@@ -225,6 +228,13 @@ pub(super) fn bits_for(n: u32) -> u32 {
     u32::BITS - n.leading_zeros()
 }
 
+impl super::DecideWord for FixedWindow {
+    #[inline(always)]
+    fn decide_word(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        self.decide(word, now, cost)
+    }
+}
+
 impl Algorithm for FixedWindow {
     /// `window_tag << count_bits | count`; 0: never seen.
     type State = AtomicU64;
@@ -267,7 +277,7 @@ impl Algorithm for FixedWindow {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| self.decide(word, now, cost)))
+        Ok(update_word(state, self, now, cost))
     }
 
     #[inline]

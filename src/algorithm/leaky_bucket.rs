@@ -259,7 +259,10 @@ impl LeakyBucket {
     /// word to store: a new one when the request is admitted with a cost
     /// (its excess or time then differs from the stored slot's, or it is a
     /// new key's first), else `word` itself (nothing to write).
-    #[inline]
+    // Always inlined: as a call, the check's compare-exchange loop received
+    // the decision through the stack, in pieces the CPU cannot forward to
+    // the loads that read it back (measured: the denial 5-15 ns slower).
+    #[inline(always)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
         let stored = Slot::unpack(word);
@@ -334,6 +337,13 @@ impl LeakyBucket {
     }
 }
 
+impl super::DecideWord for LeakyBucket {
+    #[inline(always)]
+    fn decide_word(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        self.decide(word, now, cost)
+    }
+}
+
 impl Algorithm for LeakyBucket {
     /// The packed `(excess, last_ms + 1)`; 0: never seen.
     type State = AtomicU64;
@@ -376,7 +386,7 @@ impl Algorithm for LeakyBucket {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| self.decide(word, now, cost)))
+        Ok(update_word(state, self, now, cost))
     }
 
     #[inline]

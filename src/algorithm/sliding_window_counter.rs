@@ -188,7 +188,10 @@ impl SlidingWindowCounter {
     /// to store: a new one when a request of non-zero cost is admitted (its
     /// current count is then above the one it replaces), else `word` itself
     /// (nothing to write).
-    #[inline]
+    // Always inlined: as a call, the check's compare-exchange loop received
+    // the decision through the stack, in pieces the CPU cannot forward to
+    // the loads that read it back (measured: the denial 5-15 ns slower).
+    #[inline(always)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let counts = self.counts_at(word, self.tag.window_of(now));
         let (period, limit) = (u128::from(self.period), u64::from(self.limit));
@@ -319,6 +322,13 @@ impl super::Adjust for SlidingWindowCounter {
     }
 }
 
+impl super::DecideWord for SlidingWindowCounter {
+    #[inline(always)]
+    fn decide_word(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        self.decide(word, now, cost)
+    }
+}
+
 impl Algorithm for SlidingWindowCounter {
     /// `window_tag << 2b | current << b | previous`; 0: never seen.
     type State = AtomicU64;
@@ -364,7 +374,7 @@ impl Algorithm for SlidingWindowCounter {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |word| self.decide(word, now, cost)))
+        Ok(update_word(state, self, now, cost))
     }
 
     #[inline]

@@ -147,6 +147,13 @@ impl TokenBucket {
     }
 }
 
+impl super::DecideWord for TokenBucket {
+    #[inline(always)]
+    fn decide_word(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        self.decide(word, now, cost)
+    }
+}
+
 impl Algorithm for TokenBucket {
     /// The theoretical arrival time in nanoseconds; 0: never seen.
     type State = AtomicU64;
@@ -177,7 +184,7 @@ impl Algorithm for TokenBucket {
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
-        Ok(update_word(state, |tat| self.decide(tat, now, cost)))
+        Ok(update_word(state, self, now, cost))
     }
 
     #[inline]
