@@ -177,6 +177,10 @@ impl SlidingWindowLog {
     /// limit) at `now` against `log`, which is not modified (expired entries
     /// still in it are skipped). Returns the decision and, when admitted
     /// with a cost, the time to record it at.
+    ///
+    /// Always inlined: as a call it returned the decision through the stack
+    /// in pieces the CPU could not forward to the loads reading it back.
+    #[inline(always)]
     fn decide(&self, log: &Log, now: u64, cost: u32) -> (Decision, Option<u64>) {
         let at = now.max(log.latest);
         let mut live = log.entries.iter().peekable();
@@ -340,6 +344,8 @@ impl Algorithm for SlidingWindowLog {
         }
     }
 
+    // Always inlined, for the same reason as `decide`.
+    #[inline(always)]
     fn check(&self, state: &WindowLog, now: u64, cost: u32) -> Result<Decision, CheckError> {
         if cost == 0 {
             // A probe: always admitted, and it must not move the log's clock
