@@ -319,15 +319,20 @@ pub(super) struct WindowTag {
     /// Division by the period without a hardware divide (a check divides
     /// the time by it once).
     per_period: Divisor,
+    /// Whether tags keep the whole window index (`last < 2^bits`), decided
+    /// once here rather than on every check.
+    whole: bool,
 }
 
 impl WindowTag {
     /// Tags of `bits` bits (1 to 63) for windows of `period` nanoseconds.
     pub(super) fn new(bits: u32, period: u64) -> WindowTag {
+        let last = u64::MAX / period.max(1);
         WindowTag {
             bits,
-            last: u64::MAX / period.max(1),
+            last,
             per_period: Divisor::new(period),
+            whole: last < 1u64 << bits,
         }
     }
 
@@ -354,7 +359,7 @@ impl WindowTag {
     /// judging it from the current window; `None` when tags are truncated.
     #[inline]
     pub(super) fn exact(&self, tag: u64) -> Option<u64> {
-        (self.last < 1u64 << self.bits).then_some(tag)
+        self.whole.then_some(tag)
     }
 
     /// The window a stored `tag` stands for, judged from `current`, the
@@ -362,7 +367,7 @@ impl WindowTag {
     #[inline]
     pub(super) fn untag(&self, tag: u64, current: u64) -> u64 {
         let modulus = 1u64 << self.bits;
-        if self.last < modulus {
+        if self.whole {
             return tag;
         }
         // Windows from `current` forward to the next window with this tag.
