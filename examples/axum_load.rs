@@ -316,6 +316,10 @@ fn unloaded_pair(addrs: [SocketAddr; 2], count: u64, headers: Headers) -> [Outco
 
 type Headers = fn(u64) -> Vec<(&'static str, String)>;
 
+/// One round's (requests/s, server CPU µs/request) for each of the four
+/// saturation phases.
+type Round = [(f64, f64); 4];
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -449,7 +453,9 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
     let bare_token_ns = phase("bare-token", false, true);
     let two_ns = phase("two", true, true);
     println!();
-    println!("In-process, {calls} calls each (request built, headers written):");
+    println!(
+        "In-process, {calls} calls each (request built, decided, fields written as the header choice says):"
+    );
     println!("  bare service                         {bare_ns:>8.0} ns/request");
     println!(
         "  layer, anonymous (one rule)          {one_ns:>8.0} ns/request (+{:.0} ns)",
@@ -515,7 +521,7 @@ fn main() {
     let mut saturated: [Pooled; 4] = Default::default();
     // Each round's (requests/s, server CPU µs/request) per phase: a round's
     // layered phase against the bare one next to it, under the same load.
-    let mut per_round: Vec<[(f64, f64); 4]> = Vec::new();
+    let mut per_round: Vec<Round> = Vec::new();
     for round in 1..=rounds {
         let mut this = [(0.0, 0.0); 4];
         for (((total, pooled), mine), (name, addr, headers)) in totals
@@ -630,7 +636,7 @@ fn main() {
             (v[n / 2 - 1] + v[n / 2]) / 2.0
         }
     };
-    let paired = |f: &dyn Fn(&[(f64, f64); 4]) -> f64| median(per_round.iter().map(f).collect());
+    let paired = |f: &dyn Fn(&Round) -> f64| median(per_round.iter().map(f).collect());
     println!(
         "Median over rounds of each round's paired ratio: throughput one rule {:+.1}%, \
          two rules {:+.1}%; server CPU per request one rule {:+.1}% ({:+.2} µs), \
