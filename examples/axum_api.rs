@@ -8,6 +8,11 @@
 //!   `first:` / `last:` arguments), 5,000 points/h signed in, 100
 //!   anonymous, apart from the REST budget as GitHub does.
 //!
+//! As GitHub does, every response carries the rate-limit fields
+//! (`x-ratelimit-*`, `ratelimit-policy`, `ratelimit`): the layer is built
+//! with `.headers_on_allowed(true)`. The layer's default sends them on 429s
+//! only, which costs a server far less per request.
+//!
 //! The server trusts a reverse proxy on the loopback address (as if nginx
 //! ran on the same host), so `X-Forwarded-For` sent from 127.0.0.1 picks
 //! the client; from anywhere else it is ignored.
@@ -99,8 +104,10 @@ impl Limiters {
         .sum()
     }
 
+    /// The layer GitHub-style: the rate-limit fields on every response,
+    /// not only on 429s (the default).
     pub fn layer(&self) -> RateLimitLayer {
-        self.layer_from(RateLimitLayer::builder())
+        self.layer_from(RateLimitLayer::builder().headers_on_allowed(true))
     }
 
     /// The layer, from `builder` (header choices set on it).

@@ -1,24 +1,34 @@
 //! Load test of the axum example (`examples/axum_api.rs`) on loopback:
-//! requests/s and p50 / p99 latency at saturation without the layer, with
-//! it (one rule, and two rules checked all or nothing), and with one
-//! million distinct client keys (the keyed limiters stay under their key
-//! cap). Bounded in count and time; nothing leaves 127.0.0.1.
+//! requests/s, p50 / p99 latency and the server's CPU time per request at
+//! saturation without the layer, with it (one rule, and two rules checked
+//! all or nothing), and with one million distinct client keys (the keyed
+//! limiters stay under their key cap); then latency unloaded (one
+//! connection, closed loop). Bounded in count and time; nothing leaves
+//! 127.0.0.1.
 //!
 //! ```sh
-//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS] [HEADERS]
+//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS] [HEADERS] [UNLOADED]
 //! ```
 //!
 //! Each phase runs SECS seconds (default 5) with CONNS kept-alive HTTP/1.1
 //! connections (default 32), the client and the server in one process on
 //! separate runtimes; the four phases alternate ROUNDS times (default 2),
-//! the layer sending HEADERS (`all`, the default; `ietf`, `x`, `denials`:
-//! see below). The million-key phase sends exactly 1,000,000
-//! requests (or stops after 120 s). Then the layer alone is timed
-//! in-process, without sockets, per call; `axum_load in-process [CALLS]
-//! [bare|one|bare-token|two] [all|ietf|x|denials]` runs only that part, or
-//! one phase of it (for a profiler: `valgrind --tool=callgrind`), with the
-//! layer's header choice: every field (the default), only the IETF pair,
-//! only `x-ratelimit-*`, or headers on 429s only.
+//! the layer sending HEADERS (`default`, the layer's default: fields on
+//! 429s only, also spelt `denials`; `all`: every field on every response;
+//! `ietf`, `x`: only the IETF pair, only `x-ratelimit-*`, on every
+//! response). The million-key phase sends exactly 1,000,000 requests (or
+//! stops after 120 s). The server's CPU time is read per phase from
+//! `/proc/self/task/*/schedstat` of its threads (named `srv...`), so the
+//! co-located client's work is not counted. The unloaded phases send
+//! UNLOADED requests (default 20,000) on one connection, each when the
+//! previous answer has arrived, ROUNDS times each: the layer's latency
+//! without queueing (p50 / p99 / p99.9).
+//!
+//! Then the layer alone is timed in-process, without sockets, per call;
+//! `axum_load in-process [CALLS] [bare|one|bare-token|two]
+//! [default|all|ietf|x|denials]` runs only that part, or one phase of it
+//! (for a profiler: `valgrind --tool=callgrind`), with the layer's header
+//! choice.
 
 #[path = "axum_api.rs"]
 mod api;
@@ -51,26 +61,66 @@ fn generous() -> Quotas {
     }
 }
 
-fn serve(router: Router) -> SocketAddr {
+/// Serves `router` on a runtime of its own whose threads are all named
+/// `name...` (`srv-b`, `srv-l`: a `srv` prefix), so that [`server_cpu_ns`]
+/// can tell them from the client's and from the other server's.
+fn serve(router: Router, name: &'static str) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-            .unwrap();
-        });
-    });
+    let spawned = std::thread::Builder::new().name(format!("{name}-accept"));
+    let _server = spawned
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(name)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .await
+                .unwrap();
+            });
+        })
+        .expect("spawn the server thread");
     rx.recv().unwrap()
+}
+
+/// Nanoseconds on CPU so far of this process's threads whose names start
+/// with `prefix` (`srv`: every server runtime's), summed: the first field of
+/// `/proc/self/task/<tid>/schedstat`, or `utime + stime` of
+/// `/proc/self/task/<tid>/stat` (clock ticks, taken as 10 ms) where the
+/// kernel keeps no schedstat. `None` off Linux.
+fn server_cpu_ns(prefix: &str) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = task.path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue; // a thread that just ended
+        };
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let from_schedstat = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        let ns = from_schedstat.or_else(|| {
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Fields after the parenthesised name: state is field 3,
+            // utime 14 and stime 15.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            Some(ticks * 10_000_000)
+        });
+        total += ns.unwrap_or(0);
+    }
+    Some(total)
 }
 
 struct Outcome {
@@ -78,6 +128,22 @@ struct Outcome {
     statuses: [u64; 6],
     elapsed: Duration,
     latencies_us: Vec<u32>,
+    /// The server's CPU time over the phase, ns (all server threads).
+    server_cpu_ns: Option<u64>,
+}
+
+impl Outcome {
+    fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Server CPU µs per request.
+    fn cpu_us(&self) -> f64 {
+        match self.server_cpu_ns {
+            Some(ns) if self.requests > 0 => ns as f64 / 1e3 / self.requests as f64,
+            _ => f64::NAN,
+        }
+    }
 }
 
 /// Runs `conns` connections until `secs` pass or `limit` requests are sent;
@@ -100,7 +166,8 @@ fn load(
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async move {
+    let cpu_before = server_cpu_ns("srv");
+    let mut outcome = rt.block_on(async move {
         let next = Arc::new(AtomicU64::new(0));
         let deadline = Instant::now() + Duration::from_secs(secs);
         let start = Instant::now();
@@ -160,9 +227,98 @@ fn load(
             statuses,
             elapsed,
             latencies_us,
+            server_cpu_ns: None,
         }
-    })
+    });
+    // Connections closed before the reading: the server's last work on
+    // them is counted too.
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(20));
+    outcome.server_cpu_ns = cpu_before
+        .zip(server_cpu_ns("srv"))
+        .map(|(before, after)| after.saturating_sub(before));
+    outcome
 }
+
+/// `count` requests to each of `addrs` on one connection each, one at a
+/// time, alternating (request `n` to each server carries `headers(n)`):
+/// each server's latency without queueing, and its threads' CPU time
+/// (`srv-b...` for the first, `srv-l...` for the second).
+fn unloaded_pair(addrs: [SocketAddr; 2], count: u64, headers: Headers) -> [Outcome; 2] {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let prefixes = ["srv-b", "srv-l"];
+    let before = prefixes.map(server_cpu_ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (latencies, statuses, elapsed) = rt.block_on(async move {
+        let mut senders = Vec::new();
+        for addr in addrs {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            senders.push(sender);
+        }
+        let mut latencies = [Vec::new(), Vec::new()];
+        let mut statuses = [[0u64; 6]; 2];
+        let mut elapsed = [Duration::ZERO; 2];
+        for n in 0..count {
+            if Instant::now() >= deadline {
+                break;
+            }
+            for (i, sender) in senders.iter_mut().enumerate() {
+                let mut request = Request::get("/v1/charges").header("host", "localhost");
+                for (name, value) in headers(n) {
+                    request = request.header(name, value);
+                }
+                let request = request.body(Empty::<Bytes>::new()).unwrap();
+                let sent = Instant::now();
+                sender.ready().await.unwrap();
+                let response = sender.send_request(request).await.unwrap();
+                let status = response.status().as_u16();
+                response.into_body().collect().await.unwrap();
+                let took = sent.elapsed();
+                elapsed[i] += took;
+                latencies[i].push(took.as_micros().min(u32::MAX as u128) as u32);
+                statuses[i][usize::from(status / 100).min(5)] += 1;
+            }
+        }
+        (latencies, statuses, elapsed)
+    });
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(20));
+    let after = prefixes.map(server_cpu_ns);
+    let mut outcomes = latencies.into_iter().zip(statuses).zip(elapsed).map(
+        |((mut latencies_us, statuses), elapsed)| {
+            latencies_us.sort_unstable();
+            Outcome {
+                requests: latencies_us.len() as u64,
+                statuses,
+                elapsed,
+                latencies_us,
+                server_cpu_ns: None,
+            }
+        },
+    );
+    let mut next = || outcomes.next().unwrap();
+    let mut pair = [next(), next()];
+    for ((outcome, before), after) in pair.iter_mut().zip(before).zip(after) {
+        outcome.server_cpu_ns = before
+            .zip(after)
+            .map(|(before, after)| after.saturating_sub(before));
+    }
+    pair
+}
+
+type Headers = fn(u64) -> Vec<(&'static str, String)>;
+
+/// One round's (requests/s, server CPU µs/request) for each of the four
+/// saturation phases.
+type Round = [(f64, f64); 4];
 
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
@@ -172,18 +328,48 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
     sorted[at]
 }
 
+const HEADER: &str = "| phase | requests | requests/s | p50 µs | p99 µs | p99.9 µs | 2xx / 429 | server CPU µs/request |\n|---|---:|---:|---:|---:|---:|---:|---:|";
+
 fn report(name: &str, o: &Outcome) -> f64 {
-    let rps = o.requests as f64 / o.elapsed.as_secs_f64();
+    let rps = o.rps();
     println!(
-        "| {name} | {} | {:.0} | {} | {} | {} / {} |",
+        "| {name} | {} | {:.0} | {} | {} | {} | {} / {} | {:.2} |",
         o.requests,
         rps,
         percentile(&o.latencies_us, 0.50),
         percentile(&o.latencies_us, 0.99),
+        percentile(&o.latencies_us, 0.999),
         o.statuses[2],
         o.statuses[4],
+        o.cpu_us(),
     );
     rps
+}
+
+/// Several rounds of one phase, pooled: requests, time, latencies and
+/// server CPU added up.
+#[derive(Default)]
+struct Pooled {
+    requests: u64,
+    cpu_ns: u64,
+    latencies_us: Vec<u32>,
+}
+
+impl Pooled {
+    fn add(&mut self, o: &Outcome) {
+        self.requests += o.requests;
+        self.cpu_ns += o.server_cpu_ns.unwrap_or(0);
+        self.latencies_us.extend_from_slice(&o.latencies_us);
+    }
+
+    fn cpu_us(&self) -> f64 {
+        self.cpu_ns as f64 / 1e3 / self.requests.max(1) as f64
+    }
+
+    fn p(&mut self, p: f64) -> u32 {
+        self.latencies_us.sort_unstable();
+        percentile(&self.latencies_us, p)
+    }
 }
 
 fn no_headers(_: u64) -> Vec<(&'static str, String)> {
@@ -202,16 +388,18 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
     vec![("x-forwarded-for", std::net::Ipv4Addr::from(ip).to_string())]
 }
 
-/// The layer's builder for a header choice: every field (`all`, the
-/// default), the IETF pair only (`ietf`), `x-ratelimit-*` only (`x`), or
-/// the fields on 429s only (`denials`).
+/// The layer's builder for a header choice: the layer's default, fields
+/// on 429s only (`default`, or `denials`); every field on every response
+/// (`all`); the IETF pair only (`ietf`) or `x-ratelimit-*` only (`x`) on
+/// every response.
 fn builder(headers: &str) -> rategate::http::RateLimitBuilder {
     let builder = rategate::http::RateLimitLayer::builder();
     match headers {
-        "ietf" => builder.x_ratelimit_headers(false),
-        "x" => builder.ietf_headers(false),
-        "denials" => builder.headers_on_allowed(false),
-        _ => builder,
+        "default" | "denials" => builder,
+        "all" => builder.headers_on_allowed(true),
+        "ietf" => builder.headers_on_allowed(true).x_ratelimit_headers(false),
+        "x" => builder.headers_on_allowed(true).ietf_headers(false),
+        other => panic!("header choice {other:?}: default, denials, all, ietf or x"),
     }
 }
 
@@ -265,7 +453,9 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
     let bare_token_ns = phase("bare-token", false, true);
     let two_ns = phase("two", true, true);
     println!();
-    println!("In-process, {calls} calls each (request built, headers written):");
+    println!(
+        "In-process, {calls} calls each (request built, decided, fields written as the header choice says):"
+    );
     println!("  bare service                         {bare_ns:>8.0} ns/request");
     println!(
         "  layer, anonymous (one rule)          {one_ns:>8.0} ns/request (+{:.0} ns)",
@@ -284,7 +474,7 @@ fn main() {
         // Only the in-process timing (for a profiler such as callgrind).
         let calls = args.nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
         let only = args.next();
-        let headers = args.next().unwrap_or_else(|| "all".to_string());
+        let headers = args.next().unwrap_or_else(|| "default".to_string());
         in_process(
             &Limiters::new(&generous()),
             calls,
@@ -296,23 +486,27 @@ fn main() {
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     let conns: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
     let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
-    let headers = args.next().unwrap_or_else(|| "all".to_string());
+    let headers = args.next().unwrap_or_else(|| "default".to_string());
+    let unloaded: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
+    // Fail on a bad choice before any phase runs.
+    let _ = builder(&headers);
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}\n"
     );
-    println!("| phase | requests | requests/s | p50 µs | p99 µs | 2xx / 429 |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("{HEADER}");
 
-    let bare = serve(api::app(None));
+    let bare = serve(api::app(None), "srv-b");
     let limiters = Limiters::new(&generous());
-    let limited = serve(api::app(Some(limiters.layer_from(builder(&headers)))));
+    let limited = serve(
+        api::app(Some(limiters.layer_from(builder(&headers)))),
+        "srv-l",
+    );
     // Phases alternate, ROUNDS times, so that a machine whose load drifts
     // (other work, thermal limits) weighs on every phase alike.
     // Without the layer, the signed-in phase's requests (an
     // `authorization` header, built per request by the client) cost more
     // than bare ones: each layered phase is compared with the same
     // requests served without the layer.
-    type Headers = fn(u64) -> Vec<(&'static str, String)>;
     let phases: [(&str, SocketAddr, Headers); 4] = [
         ("no layer", bare, no_headers),
         ("layer, anonymous by IP, one rule", limited, no_headers),
@@ -324,11 +518,24 @@ fn main() {
         ),
     ];
     let mut totals = [0.0f64; 4];
+    let mut saturated: [Pooled; 4] = Default::default();
+    // Each round's (requests/s, server CPU µs/request) per phase: a round's
+    // layered phase against the bare one next to it, under the same load.
+    let mut per_round: Vec<Round> = Vec::new();
     for round in 1..=rounds {
-        for (total, (name, addr, headers)) in totals.iter_mut().zip(phases) {
+        let mut this = [(0.0, 0.0); 4];
+        for (((total, pooled), mine), (name, addr, headers)) in totals
+            .iter_mut()
+            .zip(&mut saturated)
+            .zip(&mut this)
+            .zip(phases)
+        {
             let outcome = load(addr, conns, secs, u64::MAX, "/v1/charges", headers, None);
             *total += report(&format!("{name} (round {round})"), &outcome);
+            pooled.add(&outcome);
+            *mine = (outcome.rps(), outcome.cpu_us());
         }
+        per_round.push(this);
     }
     let [base, one, base_token, two] = totals;
 
@@ -349,8 +556,7 @@ fn main() {
     println!();
     println!("At a fixed {rate:.0} requests/s (half the bare saturation rate):");
     println!();
-    println!("| phase | requests | requests/s | p50 µs | p99 µs | 2xx / 429 |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("{HEADER}");
     for round in 1..=rounds {
         for (name, addr) in [("no layer", bare), ("layer, one rule", limited)] {
             let outcome = load(
@@ -365,14 +571,106 @@ fn main() {
             report(&format!("{name}, paced (round {round})"), &outcome);
         }
     }
+
+    // Unloaded: one connection to each server, closed loop, a bounded
+    // count; no queue. The two servers take turns, request by request, so
+    // that whatever else the machine runs weighs on both alike.
+    println!();
+    println!(
+        "Unloaded: one connection to each server, {unloaded} requests each, \
+         one at a time, alternating between the servers:"
+    );
+    println!();
+    println!("{HEADER}");
+    let mut quiet: [Pooled; 4] = Default::default();
+    for round in 1..=rounds {
+        for (pair, (names, headers)) in quiet.chunks_mut(2).zip([
+            (
+                ["no layer", "layer, anonymous by IP, one rule"],
+                no_headers as Headers,
+            ),
+            (
+                [
+                    "no layer, signed-in requests",
+                    "layer, signed-in by token, hourly + read all or nothing",
+                ],
+                token,
+            ),
+        ]) {
+            let outcomes = unloaded_pair([bare, limited], unloaded, headers);
+            for ((pooled, name), outcome) in pair.iter_mut().zip(names).zip(&outcomes) {
+                report(&format!("{name}, unloaded (round {round})"), outcome);
+                pooled.add(outcome);
+            }
+        }
+    }
+
+    let pct = |a: f64, b: f64| (a / b - 1.0) * 100.0;
+    let [s_base, s_one, s_base_token, s_two] = &saturated;
     println!();
     println!(
         "Throughput against no layer, same requests (all rounds): one rule {:+.1}%, \
          two rules {:+.1}% (against bare requests: {:+.1}%)",
-        (one / base - 1.0) * 100.0,
-        (two / base_token - 1.0) * 100.0,
-        (two / base - 1.0) * 100.0
+        pct(one, base),
+        pct(two, base_token),
+        pct(two, base)
     );
+    println!(
+        "Server CPU per request at saturation (all rounds): no layer {:.2} µs, one rule {:.2} µs \
+         ({:+.2} µs, {:+.1}%); signed-in no layer {:.2} µs, two rules {:.2} µs ({:+.2} µs, {:+.1}%)",
+        s_base.cpu_us(),
+        s_one.cpu_us(),
+        s_one.cpu_us() - s_base.cpu_us(),
+        pct(s_one.cpu_us(), s_base.cpu_us()),
+        s_base_token.cpu_us(),
+        s_two.cpu_us(),
+        s_two.cpu_us() - s_base_token.cpu_us(),
+        pct(s_two.cpu_us(), s_base_token.cpu_us()),
+    );
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let paired = |f: &dyn Fn(&Round) -> f64| median(per_round.iter().map(f).collect());
+    println!(
+        "Median over rounds of each round's paired ratio: throughput one rule {:+.1}%, \
+         two rules {:+.1}%; server CPU per request one rule {:+.1}% ({:+.2} µs), \
+         two rules {:+.1}% ({:+.2} µs)",
+        paired(&|r| pct(r[1].0, r[0].0)),
+        paired(&|r| pct(r[3].0, r[2].0)),
+        paired(&|r| pct(r[1].1, r[0].1)),
+        paired(&|r| r[1].1 - r[0].1),
+        paired(&|r| pct(r[3].1, r[2].1)),
+        paired(&|r| r[3].1 - r[2].1),
+    );
+    let [q_base, q_one, q_base_token, q_two] = &mut quiet;
+    for (label, bare, layered) in [
+        ("one rule", q_base, q_one),
+        ("two rules", q_base_token, q_two),
+    ] {
+        println!(
+            "Unloaded, {label} against the same requests bare (all rounds pooled): \
+             p50 {} -> {} µs ({:+}), p99 {} -> {} µs ({:+}), p99.9 {} -> {} µs ({:+}); \
+             server CPU {:.2} -> {:.2} µs/request ({:+.2})",
+            bare.p(0.5),
+            layered.p(0.5),
+            i64::from(layered.p(0.5)) - i64::from(bare.p(0.5)),
+            bare.p(0.99),
+            layered.p(0.99),
+            i64::from(layered.p(0.99)) - i64::from(bare.p(0.99)),
+            bare.p(0.999),
+            layered.p(0.999),
+            i64::from(layered.p(0.999)) - i64::from(bare.p(0.999)),
+            bare.cpu_us(),
+            layered.cpu_us(),
+            layered.cpu_us() - bare.cpu_us(),
+        );
+    }
     let cap = generous().max_keys;
     let held = limiters.anonymous_hourly.len();
     println!(

@@ -38,8 +38,14 @@ fn app(layer: RateLimitLayer) -> Router {
         .layer(layer)
 }
 
+/// One rule per peer IP, the fields on every response (opted in: most
+/// tests read them from admitted requests).
 fn per_ip(rule: Rule) -> RateLimitLayer {
-    RateLimitLayer::new(KeyExtractor::peer_ip(), rule)
+    RateLimitLayer::builder()
+        .tier(Tier::new("default", KeyExtractor::peer_ip()).rule(rule))
+        .headers_on_allowed(true)
+        .build()
+        .unwrap()
 }
 
 fn unix_now() -> u64 {
@@ -110,6 +116,7 @@ async fn reset_as_seconds_from_now_and_headers_can_be_turned_off() {
         )
         .reset_format(ResetFormat::DeltaSeconds)
         .ietf_headers(false)
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
@@ -197,6 +204,7 @@ async fn tiers_key_and_limit_each_class_of_client() {
             Tier::new("anonymous", KeyExtractor::peer_ip())
                 .rule(Rule::new("anon", keyed::<TokenBucket>("2/h"))),
         )
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
@@ -240,6 +248,7 @@ async fn reads_and_writes_are_limited_apart() {
                 .rule(Rule::new("read", reads).when(Matcher::reads()))
                 .rule(Rule::new("write", writes).when(Matcher::writes())),
         )
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
@@ -343,6 +352,7 @@ async fn several_limits_are_all_or_nothing() {
                         .when(Matcher::path_prefix("/charges").and(Matcher::writes())),
                 ),
         )
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
@@ -411,7 +421,11 @@ async fn five_rules_are_all_or_nothing_too() {
     for (n, limit) in limits.iter().enumerate() {
         tier = tier.rule(Rule::new(&format!("r{}", n + 1), limit.clone()));
     }
-    let layer = RateLimitLayer::builder().tier(tier).build().unwrap();
+    let layer = RateLimitLayer::builder()
+        .tier(tier)
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
     let r = client.get("/items").await;
     assert_eq!(r.status, 200);
@@ -467,6 +481,7 @@ async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
                 .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
         )
         .shadow(true)
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer.clone())).await).await;
@@ -486,6 +501,98 @@ async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
     );
 }
 
+const FIELDS: [&str; 6] = [
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "x-ratelimit-used",
+    "ratelimit-policy",
+    "ratelimit",
+];
+
+/// The default: no rate-limit field on an admitted response, every field
+/// and `retry-after` on the 429; the same through every constructor.
+#[tokio::test]
+async fn by_default_the_fields_go_on_429s_only() {
+    let limiter = || keyed::<FixedWindow>("2/h");
+    let layers = [
+        (
+            "builder",
+            RateLimitLayer::builder()
+                .tier(Tier::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("p", limiter())))
+                .build()
+                .unwrap(),
+        ),
+        (
+            "new",
+            RateLimitLayer::new(KeyExtractor::peer_ip(), Rule::new("p", limiter())),
+        ),
+        (
+            "per_ip",
+            RateLimitLayer::per_ip(Quota::per_hour(2).unwrap()).unwrap(),
+        ),
+    ];
+    for (how, layer) in layers {
+        let policy = if how == "per_ip" { "per-ip" } else { "p" };
+        let mut client = Client::connect(serve(app(layer.clone())).await).await;
+        for _ in 0..2 {
+            let r = client.get("/").await;
+            assert_eq!(r.status, 200, "{how}: {r:?}");
+            for name in FIELDS.into_iter().chain(["retry-after"]) {
+                assert_eq!(r.header(name), None, "{how}: {name} on an allowed response");
+            }
+        }
+        let denied = client.get("/").await;
+        assert_eq!(denied.status, 429, "{how}");
+        for name in FIELDS.into_iter().chain(["retry-after"]) {
+            assert!(denied.header(name).is_some(), "{how}: no {name} on the 429");
+        }
+        assert_eq!(denied.num("x-ratelimit-limit"), 2);
+        assert_eq!(denied.num("x-ratelimit-remaining"), 0);
+        assert_eq!(denied.num("x-ratelimit-used"), 2);
+        let reset = denied.num("x-ratelimit-reset");
+        assert!(reset > unix_now() && reset <= unix_now() + 3601, "{reset}");
+        assert_eq!(
+            denied.header("ratelimit-policy"),
+            Some(format!(r#""{policy}";q=2;w=3600"#).as_str())
+        );
+        assert!(
+            denied
+                .header("ratelimit")
+                .unwrap()
+                .starts_with(&format!(r#""{policy}";r=0;t="#)),
+            "{how}: {denied:?}"
+        );
+        assert!(denied.num("retry-after") >= 1);
+        assert_eq!(layer.stats().allowed, 2, "{how}");
+    }
+
+    // In shadow mode a would-be 429 is served, with its fields.
+    let shadow = RateLimitLayer::builder()
+        .tier(
+            Tier::new("ip", KeyExtractor::peer_ip())
+                .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
+        )
+        .shadow(true)
+        .build()
+        .unwrap();
+    let mut client = Client::connect(serve(app(shadow)).await).await;
+    let first = client.get("/").await;
+    for name in FIELDS {
+        assert_eq!(
+            first.header(name),
+            None,
+            "shadow: {name} on an allowed response"
+        );
+    }
+    let over = client.get("/").await;
+    assert_eq!(over.status, 200);
+    assert_eq!(over.num("x-ratelimit-remaining"), 0);
+    assert_eq!(over.header("ratelimit-policy"), Some(r#""p";q=1;w=3600"#));
+    assert_eq!(over.header("retry-after"), None);
+}
+
+/// `headers_on_allowed(false)` said explicitly is the default.
 #[tokio::test]
 async fn headers_only_on_429s_when_asked() {
     let layer = RateLimitLayer::builder()
@@ -493,6 +600,7 @@ async fn headers_only_on_429s_when_asked() {
             Tier::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
         )
+        .headers_on_allowed(true)
         .headers_on_allowed(false)
         .build()
         .unwrap();
@@ -500,14 +608,7 @@ async fn headers_only_on_429s_when_asked() {
     for _ in 0..2 {
         let r = client.get("/").await;
         assert_eq!(r.status, 200);
-        for name in [
-            "x-ratelimit-limit",
-            "x-ratelimit-remaining",
-            "x-ratelimit-reset",
-            "x-ratelimit-used",
-            "ratelimit-policy",
-            "ratelimit",
-        ] {
+        for name in FIELDS {
             assert_eq!(r.header(name), None, "{name} on an allowed response");
         }
     }
@@ -517,22 +618,6 @@ async fn headers_only_on_429s_when_asked() {
     assert_eq!(denied.num("x-ratelimit-remaining"), 0);
     assert_eq!(denied.header("ratelimit-policy"), Some(r#""p";q=2;w=3600"#));
     assert!(denied.num("retry-after") >= 1);
-
-    // In shadow mode a would-be 429 is served, with its headers.
-    let shadow = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
-                .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
-        )
-        .headers_on_allowed(false)
-        .shadow(true)
-        .build()
-        .unwrap();
-    let mut client = Client::connect(serve(app(shadow)).await).await;
-    assert_eq!(client.get("/").await.header("ratelimit"), None);
-    let over = client.get("/").await;
-    assert_eq!(over.status, 200);
-    assert_eq!(over.num("x-ratelimit-remaining"), 0);
 }
 
 #[tokio::test]

@@ -21,6 +21,18 @@ use rategate::policy::config::{Backends, PolicyFile, PolicyLimiter};
 use std::sync::Arc;
 use support::{Client, Reply, serve};
 
+/// The policies `names` of `file` as a layer with the rate-limit fields on
+/// every response (the tests read them from 200s).
+async fn with_fields(file: &PolicyFile, names: &[&str]) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .headers_on_allowed(true)
+        .policies(file, names)
+        .await
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
 fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
@@ -70,9 +82,7 @@ key = "ip"
 #[tokio::test]
 async fn a_toml_file_loaded_into_a_layer_enforces_exact_429_counts() {
     let file = PolicyFile::from_toml(API).unwrap();
-    let layer = RateLimitLayer::from_policies(&file, &["api"])
-        .await
-        .unwrap();
+    let layer = with_fields(&file, &["api"]).await;
     let mut client = Client::connect(serve(app(layer.clone())).await).await;
     let key = [("x-api-key", "k-1")];
     let replies = send_n(&mut client, 5, &key).await;
@@ -106,9 +116,7 @@ async fn a_toml_file_loaded_into_a_layer_enforces_exact_429_counts() {
 #[tokio::test]
 async fn a_key_overridden_into_a_tier_gets_that_tiers_quota_and_headers() {
     let file = PolicyFile::from_toml(API).unwrap();
-    let layer = RateLimitLayer::from_policies(&file, &["api"])
-        .await
-        .unwrap();
+    let layer = with_fields(&file, &["api"]).await;
     let mut client = Client::connect(serve(app(layer)).await).await;
 
     let partner = send_n(&mut client, 6, &[("x-api-key", "acme")]).await;
@@ -150,6 +158,7 @@ async fn a_resolver_of_the_applications_own_picks_the_tier() {
     .unwrap();
     let layer = RateLimitLayer::builder()
         .tier(Tier::from_policy(Arc::new(limiter)).unwrap())
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
@@ -162,9 +171,7 @@ async fn a_resolver_of_the_applications_own_picks_the_tier() {
 async fn policies_are_tried_in_the_order_given() {
     let file = PolicyFile::from_toml(API).unwrap();
     // With an API key by key (3/h), without one by address (2/h).
-    let layer = RateLimitLayer::from_policies(&file, &["api", "anonymous"])
-        .await
-        .unwrap();
+    let layer = with_fields(&file, &["api", "anonymous"]).await;
     let mut client = Client::connect(serve(app(layer)).await).await;
     let anonymous = send_n(&mut client, 3, &[]).await;
     assert_eq!(statuses(&anonymous), [200, 200, 429]);
@@ -196,9 +203,18 @@ async fn a_shadow_policy_never_answers_429_but_counts() {
     let mut client = Client::connect(serve(app(layer.clone())).await).await;
     let replies = send_n(&mut client, 6, &[]).await;
     assert_eq!(statuses(&replies), [200; 6]);
-    // The headers say what the limit would have enforced.
-    assert_eq!(replies[1].num("x-ratelimit-remaining"), 0);
+    // `from_policies` keeps the default: no fields on admitted requests,
+    // and on the would-be 429s the fields the limit would have sent.
+    for r in &replies[..2] {
+        assert_eq!(r.header("x-ratelimit-remaining"), None, "{r:?}");
+        assert_eq!(r.header("ratelimit"), None, "{r:?}");
+    }
+    assert_eq!(replies[2].num("x-ratelimit-remaining"), 0);
     assert_eq!(replies[5].num("x-ratelimit-remaining"), 0);
+    assert_eq!(
+        replies[5].header("ratelimit-policy"),
+        Some(r#""search";q=2;w=3600"#)
+    );
     assert_eq!(replies[5].header("retry-after"), None);
     let stats = layer.stats();
     assert_eq!(
@@ -255,7 +271,11 @@ async fn policies_in_one_tier_are_all_or_nothing() {
     let tier = Tier::new("clients", KeyExtractor::peer_ip())
         .rule(Rule::from_policy(Arc::clone(&hourly)))
         .rule(Rule::from_policy(limiter(&file, "burst").await));
-    let layer = RateLimitLayer::builder().tier(tier).build().unwrap();
+    let layer = RateLimitLayer::builder()
+        .tier(tier)
+        .headers_on_allowed(true)
+        .build()
+        .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
     let replies = send_n(&mut client, 4, &[]).await;
     assert_eq!(statuses(&replies), [200, 200, 429, 429]);
@@ -317,6 +337,7 @@ async fn a_named_key_kind_is_a_typed_error_and_works_with_an_explicit_extractor(
     });
     let layer = RateLimitLayer::builder()
         .tier(Tier::new("users", by_user).rule(Rule::from_policy(limiter)))
+        .headers_on_allowed(true)
         .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
@@ -350,12 +371,8 @@ async fn a_redis_policy_decides_behind_the_layer() {
     ))
     .unwrap();
     // Two app servers, one Redis budget.
-    let first = RateLimitLayer::from_policies(&file, &["shared"])
-        .await
-        .unwrap();
-    let second = RateLimitLayer::from_policies(&file, &["shared"])
-        .await
-        .unwrap();
+    let first = with_fields(&file, &["shared"]).await;
+    let second = with_fields(&file, &["shared"]).await;
     let mut a = Client::connect(serve(app(first)).await).await;
     let mut b = Client::connect(serve(app(second)).await).await;
     let key = [("x-api-key", "acct-1")];
@@ -402,7 +419,7 @@ async fn synced_and_leased_policies_decide_behind_the_layer() {
     ))
     .unwrap();
     for name in ["synced", "leased"] {
-        let layer = RateLimitLayer::from_policies(&file, &[name]).await.unwrap();
+        let layer = with_fields(&file, &[name]).await;
         let mut client = Client::connect(serve(app(layer)).await).await;
         let replies = send_n(&mut client, 5, &[("x-api-key", "acct-1")]).await;
         assert_eq!(statuses(&replies), [200, 200, 200, 429, 429], "{name}");

@@ -32,11 +32,24 @@ async fn redis_limiter(server: &RedisServer, policy: StoreDown) -> RedisLimiter<
         .unwrap()
 }
 
+/// `rule` keyed by `x-api-key`, the rate-limit fields on every response.
+fn with_fields(rule: Rule) -> RateLimitLayer {
+    RateLimitLayer::builder()
+        .tier(
+            Tier::new(
+                "default",
+                KeyExtractor::header(http::HeaderName::from_static("x-api-key")),
+            )
+            .rule(rule),
+        )
+        .headers_on_allowed(true)
+        .build()
+        .unwrap()
+}
+
 fn app(limiter: RedisLimiter<FixedWindow>) -> (Router, RateLimitLayer) {
-    let layer = RateLimitLayer::new(
-        KeyExtractor::header(http::HeaderName::from_static("x-api-key")),
-        Rule::new_async("redis", limiter),
-    );
+    // The fields on every response: the test reads them from 200s.
+    let layer = with_fields(Rule::new_async("redis", limiter));
     let router = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer.clone());
@@ -157,10 +170,7 @@ async fn synced_and_leased_limiters_behind_the_layer() {
     ];
     for rule in rules {
         let name = rule.name().to_string();
-        let layer = RateLimitLayer::new(
-            KeyExtractor::header(http::HeaderName::from_static("x-api-key")),
-            rule,
-        );
+        let layer = with_fields(rule);
         let router = Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer.clone());

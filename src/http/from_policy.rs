@@ -3,7 +3,7 @@
 //! and a whole layer from a [`PolicyFile`].
 
 use super::key::KeyExtractor;
-use super::layer::{BuildError, RateLimitLayer};
+use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
 use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
 use crate::policy::TierId;
 use crate::policy::config::{ConfigError, KeyKind, PolicyFile, PolicyLimiter};
@@ -252,6 +252,11 @@ impl RateLimitLayer {
     /// them; for a resolver of your own, build with [`PolicyLimiter::build`]
     /// and [`Tier::from_policy`].
     ///
+    /// The builder's defaults apply (the rate-limit fields on 429s only);
+    /// for other header choices start from a builder:
+    /// `RateLimitLayer::builder().headers_on_allowed(true).policies(&file,
+    /// names).await?.build()?` ([`RateLimitBuilder::policies`]).
+    ///
     /// # Errors
     ///
     /// [`PolicyLayerError::UnknownPolicy`] for a name the file lacks,
@@ -263,7 +268,27 @@ impl RateLimitLayer {
         file: &PolicyFile,
         names: &[&str],
     ) -> Result<RateLimitLayer, PolicyLayerError> {
-        let mut builder = RateLimitLayer::builder();
+        Ok(RateLimitLayer::builder()
+            .policies(file, names)
+            .await?
+            .build()?)
+    }
+}
+
+impl RateLimitBuilder {
+    /// Adds the policies `names` of `file` as tiers, one each, as
+    /// [`RateLimitLayer::from_policies`] does, keeping the builder's other
+    /// choices (header fields, shadow mode, a responder).
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimitLayer::from_policies`], except the build errors, which
+    /// come from [`build`](RateLimitBuilder::build).
+    pub async fn policies(
+        mut self,
+        file: &PolicyFile,
+        names: &[&str],
+    ) -> Result<RateLimitBuilder, PolicyLayerError> {
         for name in names {
             let policy = file
                 .policy(name)
@@ -272,8 +297,8 @@ impl RateLimitLayer {
             // before any connection is made.
             policy_key(&policy.name, &policy.key)?;
             let limiter = PolicyLimiter::build(policy, Box::new(|_: &str| TierId::DEFAULT)).await?;
-            builder = builder.tier(Tier::from_policy(Arc::new(limiter))?);
+            self = self.tier(Tier::from_policy(Arc::new(limiter))?);
         }
-        Ok(builder.build()?)
+        Ok(self)
     }
 }

@@ -1,5 +1,6 @@
 //! What the layer answers itself (429, no key, a cost that never passes),
-//! and the rate-limit headers it adds to every limited response.
+//! and the rate-limit headers it adds to 429s (and, when asked, to every
+//! limited response).
 
 use super::decide::Report;
 use super::fields::*;
@@ -137,7 +138,7 @@ pub(crate) struct HeaderOptions {
     pub(crate) x_ratelimit: bool,
     pub(crate) ietf: bool,
     /// On served requests that no limit denied too, not only on 429s (and
-    /// shadow-mode would-be 429s).
+    /// shadow-mode would-be 429s). Off by default.
     pub(crate) on_allowed: bool,
     pub(crate) reset: ResetFormat,
 }
@@ -147,7 +148,7 @@ impl Default for HeaderOptions {
         HeaderOptions {
             x_ratelimit: true,
             ietf: true,
-            on_allowed: true,
+            on_allowed: false,
             reset: ResetFormat::UnixSeconds,
         }
     }
