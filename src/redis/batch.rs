@@ -5,17 +5,21 @@
 //! Lua, writing the reply), not on the decision itself, and the client
 //! spends a channel hop and a wake-up per call. So decisions that are
 //! waiting at the same moment go to Redis together: a driver task takes
-//! every queued request (up to [`MAX_BATCH`]) and sends them as one
-//! `EVALSHA` of the algorithm's script wrapped in a loop ([`batch_script`])
-//! on a connection of its own (`wire.rs`). Under many callers, a batch is
-//! whatever queued while the previous one was on the wire, so batching
-//! adds no waiting of its own. A lone caller skips the driver and calls
-//! the single-decision script itself ([`Batcher::enter`]).
+//! queued requests (up to [`MAX_BATCH`]) and sends them as one `EVALSHA` of
+//! the algorithm's script wrapped in a loop ([`batch_script`]) on a
+//! connection of its own (`wire.rs`). Under many callers, a batch is what
+//! queued while the batches before it were on the wire, so batching adds no
+//! waiting of its own. Up to `batches_in_flight` batches (default 2) are
+//! on the wire at once, their replies read in the order they were sent
+//! ([`Call`]). A lone caller skips the driver and calls the single-decision
+//! script itself ([`Batcher::enter`]).
 //!
 //! Redis runs a script atomically, so a batch decides its requests one
 //! after the other, exactly as separate calls arriving in that order would:
 //! every decision is the algorithm's script on the state the previous one
-//! left. Only a single server is batched: on a Cluster a script may touch
+//! left; and Redis runs one connection's commands in the order they were
+//! written, so batches in flight together run in the order they were sent.
+//! Only a single server is batched: on a Cluster a script may touch
 //! one slot only, and calls there stay one per decision.
 
 use super::RedisError;
@@ -113,7 +117,8 @@ struct Job {
 #[derive(Debug)]
 struct Shared {
     /// The connection, held by whoever has a script call on it: the driver
-    /// for a batch, or a lone caller for its own decision (see
+    /// while it has batches on the wire, or a lone caller for its own
+    /// decision (see
     /// [`Batcher::enter`]). tokio's mutex is fair: a waiting driver gets it
     /// before any later `try_lock`.
     link: tokio::sync::Mutex<Link>,
