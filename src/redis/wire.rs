@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(parse_reply(b"*2\r\n:1\r\n:-5"), Ok(None));
         assert_eq!(
             parse_reply(b"*2\r\n:1\r\n:-5\r\n"),
-            Ok(Some((Reply::Ints([1, -5, 0, 0, 0, 0], 2), 14)))
+            Ok(Some((Reply::Ints([1, -5, 0, 0, 0, 0], 2), 13)))
         );
         assert!(parse_reply(b"*7\r\n").is_err());
         assert!(parse_reply(b"*1\r\n$1\r\nx\r\n").is_err());
