@@ -805,6 +805,10 @@ fn two_batches_in_flight_match_their_replies_and_fail_together() {
             on_wire[0].at.elapsed() < Duration::from_millis(900),
             "a reply came"
         );
+        // Replies of the batches on the wire are already held (Redis
+        // answers within a millisecond); callers still queued go out on a
+        // new connection after the cut, answered without delay.
+        proxy.set_delay(Duration::ZERO);
         let cut = Instant::now();
         proxy.cut();
         let mut failed = 0;
@@ -821,13 +825,14 @@ fn two_batches_in_flight_match_their_replies_and_fail_together() {
                 Err(other) => panic!("not a connection error: {other:?}"),
             }
         }
+        let per_decision = <TokenBucket as RedisAlgorithm>::KEY_SUFFIXES.len();
+        let sent: usize = on_wire.iter().map(|e| e.keys / per_decision).sum();
         assert!(
-            failed >= on_wire.len(),
-            "{failed} callers failed, {} batches were on the wire",
+            failed >= sent,
+            "{failed} callers failed, {sent} were on the wire in {} batches",
             on_wire.len()
         );
 
-        proxy.set_delay(Duration::ZERO);
         let d = limiter.check_redis("after", 1).await.unwrap();
         assert_eq!(d.remaining(), 999);
     });

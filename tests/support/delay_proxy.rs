@@ -19,6 +19,8 @@ pub struct Evalsha {
     pub connection: usize,
     pub at: Instant,
     pub sha: String,
+    /// Its number of keys.
+    pub keys: usize,
 }
 
 #[derive(Default)]
@@ -113,15 +115,17 @@ fn upward(id: usize, mut client: TcpStream, mut server: TcpStream, state: &Mutex
             .position(|w| w.eq_ignore_ascii_case(HEAD))
         {
             let sha_at = scanned + found + HEAD.len();
-            let Some(sha) = seen.get(sha_at..sha_at + 40) else {
+            // The SHA1, then `\r\n$<len>\r\n<number of keys>\r\n`.
+            let Some((sha, keys, end)) = sha_and_keys(&seen, sha_at) else {
                 break;
             };
             state.lock().unwrap().evalshas.push(Evalsha {
                 connection: id,
                 at,
-                sha: String::from_utf8_lossy(sha).into_owned(),
+                sha,
+                keys,
             });
-            scanned = sha_at + 40;
+            scanned = end;
         }
         if server.write_all(&chunk[..n]).is_err() {
             break;
@@ -129,6 +133,19 @@ fn upward(id: usize, mut client: TcpStream, mut server: TcpStream, state: &Mutex
     }
     let _ = server.shutdown(Shutdown::Both);
     let _ = client.shutdown(Shutdown::Both);
+}
+
+/// The SHA1 at `at`, the number of keys after it and where they end, once
+/// all of it came.
+fn sha_and_keys(seen: &[u8], at: usize) -> Option<(String, usize, usize)> {
+    let sha = seen.get(at..at + 40)?;
+    let rest = seen.get(at + 40..)?.strip_prefix(b"\r\n$")?;
+    let len_end = rest.windows(2).position(|w| w == b"\r\n")?;
+    let len: usize = std::str::from_utf8(&rest[..len_end]).ok()?.parse().ok()?;
+    let digits = rest.get(len_end + 2..len_end + 2 + len)?;
+    let keys = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    let end = at + 40 + 3 + len_end + 2 + len;
+    Some((String::from_utf8_lossy(sha).into_owned(), keys, end))
 }
 
 /// Server to client, each chunk held until the delay since it came has
