@@ -118,12 +118,11 @@ struct Job {
 struct Shared {
     /// The connection, held by whoever has a script call on it: the driver
     /// while it has batches on the wire, or a lone caller for its own
-    /// decision (see
-    /// [`Batcher::enter`]). tokio's mutex is fair: a waiting driver gets it
-    /// before any later `try_lock`.
+    /// decision (see [`Batcher::enter`]). tokio's mutex is fair: a waiting
+    /// driver gets it before any later `try_lock`.
     link: tokio::sync::Mutex<Link>,
     /// Callers between [`Batcher::enter`] and their answer (or their
-    /// future's drop).
+    /// future's drop); the driver also sizes its batches by it.
     active: AtomicUsize,
 }
 
