@@ -13,6 +13,9 @@
 //! ```sh
 //! cargo run --release --features redis --example redis_throughput
 //! ```
+//!
+//! `RATEGATE_BATCHES_IN_FLIGHT=n` sets the limiter's
+//! `batches_in_flight` (default: the builder's, 2).
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -105,8 +108,16 @@ fn main() {
         .build()
         .unwrap();
     let quota = Quota::per_second(1_000_000).unwrap();
+    let in_flight: Option<usize> = std::env::var("RATEGATE_BATCHES_IN_FLIGHT")
+        .ok()
+        .map(|n| n.parse().expect("RATEGATE_BATCHES_IN_FLIGHT: a number"));
     let limiter = runtime.block_on(async {
-        RedisLimiter::<TokenBucket>::builder(quota)
+        let builder = RedisLimiter::<TokenBucket>::builder(quota);
+        let builder = match in_flight {
+            Some(n) => builder.batches_in_flight(n),
+            None => builder,
+        };
+        builder
             .url(&server.url())
             .prefix("bench")
             .time(TimeSource::Server)
@@ -140,7 +151,7 @@ fn main() {
     }
     let trivial_args = vec!["EVALSHA".to_owned(), trivial, "0".to_owned()];
     println!(
-        "rategate RedisLimiter<TokenBucket> on redis-server {} (127.0.0.1; concurrent decisions batched into one script call on the batching task's own connection, a lone caller calling directly), {} turns of {} s per row, medians",
+        "rategate RedisLimiter<TokenBucket> on redis-server {} (127.0.0.1; concurrent decisions batched into one script call on the batching task's own connection, {} batches in flight, a lone caller calling directly), {} turns of {} s per row, medians",
         server
             .cli(&["INFO", "server"])
             .and_then(|i| i
@@ -148,6 +159,7 @@ fn main() {
                 .find(|l| l.starts_with("redis_version:"))
                 .map(|l| l[14..].trim().to_owned()))
             .unwrap_or_default(),
+        in_flight.map_or_else(|| "default (2)".to_owned(), |n| n.to_string()),
         TURNS,
         RUN.as_secs()
     );

@@ -7,6 +7,9 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
+#[path = "support/delay_proxy.rs"]
+mod delay_proxy;
+
 use rategate::redis::{
     BlockingRedisLimiter, RedisLimiter, RedisStats, Source, StoreDown, TimeSource,
 };
@@ -704,5 +707,133 @@ fn a_stalled_lone_call_does_not_hold_up_the_queue_past_its_deadline() {
             .unwrap();
         assert_eq!(d.source(), Source::FailClosed);
         assert!(start.elapsed() < TIMEOUT + Duration::from_millis(400));
+    });
+}
+
+/// Two batches on the wire at once, on one connection (a proxy holds each
+/// reply 20 ms, so a batch written within 20 ms of the previous one was
+/// written while that one's reply was owed): every reply still goes to its
+/// own batch, each caller's decision counting down its own key exactly (8
+/// keys, costs 1 to 3, so a reply handed to the wrong batch shows). Then
+/// the connection is cut while two batches are outstanding: every caller
+/// of both gets a connection error at once (not a timeout, nothing left
+/// waiting), and the limiter decides on a new connection afterwards.
+#[test]
+fn two_batches_in_flight_match_their_replies_and_fail_together() {
+    use rategate::redis::{RedisAlgorithm, RedisError};
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let proxy = delay_proxy::DelayProxy::start(server.port);
+        let timeout = Duration::from_secs(5);
+        let limiter = RedisLimiter::<TokenBucket>::builder(
+            Quota::with_period(1000, Duration::from_secs(86_400)).unwrap(),
+        )
+        .url(&proxy.url())
+        .prefix("inflight")
+        .timeout(timeout)
+        .local_cache(false)
+        .batches_in_flight(2)
+        .build()
+        .await
+        .unwrap();
+        let single = redis::Script::new(<TokenBucket as RedisAlgorithm>::SCRIPT)
+            .get_hash()
+            .to_owned();
+        let batches = |since: Instant| -> Vec<delay_proxy::Evalsha> {
+            proxy
+                .evalshas()
+                .into_iter()
+                .filter(|e| e.sha != single && e.at >= since)
+                .collect()
+        };
+
+        let delay = Duration::from_millis(20);
+        proxy.set_delay(delay);
+        let start = Instant::now();
+        let handles: Vec<_> = (0..8u32)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let cost = 1 + t % 3;
+                    for round in 0..12u32 {
+                        let d = limiter.check_redis(&format!("k{t}"), cost).await.unwrap();
+                        assert!(d.is_allowed(), "task {t} round {round}: {d:?}");
+                        assert_eq!(
+                            d.remaining(),
+                            1000 - cost * (round + 1),
+                            "task {t} round {round}: another batch's reply"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.await.unwrap();
+        }
+        let sent = batches(start);
+        let overlapped = sent
+            .windows(2)
+            .filter(|w| w[0].connection == w[1].connection && w[1].at - w[0].at < delay / 2)
+            .count();
+        assert!(
+            overlapped >= 5,
+            "{overlapped} of {} batches written while another was on the wire",
+            sent.len()
+        );
+
+        // Replies held 1 s; the connection cut once two batches are on it.
+        proxy.set_delay(Duration::from_secs(1));
+        let start = Instant::now();
+        let handles: Vec<_> = (0..8u32)
+            .map(|t| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let result = limiter.check_redis(&format!("cut{t}"), 1).await;
+                    (result, Instant::now())
+                })
+            })
+            .collect();
+        // (The first caller may call alone, holding the connection for
+        // the delay; the others then go out as two batches.)
+        while batches(start).len() < 2 {
+            assert!(start.elapsed() < Duration::from_secs(3), "no two batches");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let on_wire = batches(start);
+        assert!(
+            on_wire[0].at.elapsed() < Duration::from_millis(900),
+            "a reply came"
+        );
+        // Replies of the batches on the wire are already held (Redis
+        // answers within a millisecond); callers still queued go out on a
+        // new connection after the cut, answered without delay.
+        proxy.set_delay(Duration::ZERO);
+        let cut = Instant::now();
+        proxy.cut();
+        let mut failed = 0;
+        for h in handles {
+            let (result, at) = h.await.unwrap();
+            let took = at.saturating_duration_since(cut);
+            assert!(
+                took < Duration::from_millis(500),
+                "answered {took:?} after the cut"
+            );
+            match result {
+                Ok(d) => assert_eq!(d.remaining(), 999),
+                Err(RedisError::Redis(_)) => failed += 1,
+                Err(other) => panic!("not a connection error: {other:?}"),
+            }
+        }
+        let per_decision = <TokenBucket as RedisAlgorithm>::KEY_SUFFIXES.len();
+        let sent: usize = on_wire.iter().map(|e| e.keys / per_decision).sum();
+        assert!(
+            failed >= sent,
+            "{failed} callers failed, {sent} were on the wire in {} batches",
+            on_wire.len()
+        );
+
+        let d = limiter.check_redis("after", 1).await.unwrap();
+        assert_eq!(d.remaining(), 999);
     });
 }

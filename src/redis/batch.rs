@@ -5,27 +5,35 @@
 //! Lua, writing the reply), not on the decision itself, and the client
 //! spends a channel hop and a wake-up per call. So decisions that are
 //! waiting at the same moment go to Redis together: a driver task takes
-//! every queued request (up to [`MAX_BATCH`]) and sends them as one
-//! `EVALSHA` of the algorithm's script wrapped in a loop ([`batch_script`])
-//! on a connection of its own (`wire.rs`). Under many callers, a batch is
-//! whatever queued while the previous one was on the wire, so batching
-//! adds no waiting of its own. A lone caller skips the driver and calls
-//! the single-decision script itself ([`Batcher::enter`]).
+//! queued requests (up to [`MAX_BATCH`]) and sends them as one `EVALSHA` of
+//! the algorithm's script wrapped in a loop ([`batch_script`]) on a
+//! connection of its own (`wire.rs`). Under many callers, a batch is what
+//! queued while the batches before it were on the wire, so batching adds no
+//! waiting of its own. Up to `batches_in_flight` batches (default 2) are
+//! on the wire at once, their replies read in the order they were sent
+//! ([`Call`]). A lone caller skips the driver and calls the single-decision
+//! script itself ([`Batcher::enter`]).
 //!
 //! Redis runs a script atomically, so a batch decides its requests one
 //! after the other, exactly as separate calls arriving in that order would:
 //! every decision is the algorithm's script on the state the previous one
-//! left. Only a single server is batched: on a Cluster a script may touch
+//! left; and Redis runs one connection's commands in the order they were
+//! written, so batches in flight together run in the order they were sent.
+//! Only a single server is batched: on a Cluster a script may touch
 //! one slot only, and calls there stay one per decision.
 
 use super::RedisError;
 use super::key::KeySpace;
 use super::wire::{Reply as WireReply, Wire, server_error};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// The most requests one script call carries, so that no call holds Redis
 /// for long.
@@ -109,12 +117,12 @@ struct Job {
 #[derive(Debug)]
 struct Shared {
     /// The connection, held by whoever has a script call on it: the driver
-    /// for a batch, or a lone caller for its own decision (see
-    /// [`Batcher::enter`]). tokio's mutex is fair: a waiting driver gets it
-    /// before any later `try_lock`.
+    /// while it has batches on the wire, or a lone caller for its own
+    /// decision (see [`Batcher::enter`]). tokio's mutex is fair: a waiting
+    /// driver gets it before any later `try_lock`.
     link: tokio::sync::Mutex<Link>,
     /// Callers between [`Batcher::enter`] and their answer (or their
-    /// future's drop).
+    /// future's drop); the driver also sizes its batches by it.
     active: AtomicUsize,
 }
 
@@ -130,15 +138,6 @@ impl Loaded {
         let hash = redis::Script::new(&source).get_hash().to_owned();
         Loaded { source, hash }
     }
-}
-
-/// Which script a call runs.
-#[derive(Debug, Clone, Copy)]
-enum Which {
-    /// The looped script, any number of decisions ([`batch_script`]).
-    Batch,
-    /// The algorithm's own script, one decision.
-    Single,
 }
 
 /// The connection (see `wire.rs`) and what a script call is written with,
@@ -211,22 +210,18 @@ impl Link {
         }
     }
 
-    /// Runs the encoded command, loading `which` script once if Redis lost
-    /// it (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`).
-    async fn query(&mut self, which: Which) -> redis::RedisResult<WireReply> {
+    /// Runs the encoded single-decision command, loading the script once if
+    /// Redis lost it (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`).
+    async fn query(&mut self) -> redis::RedisResult<WireReply> {
         self.packed.clear();
         self.command.write_packed_command(&mut self.packed);
         let reply = self.wire.request(&self.packed).await?;
         if !matches!(&reply, WireReply::Error(m) if m.starts_with("NOSCRIPT")) {
             return Ok(reply);
         }
-        let source = match which {
-            Which::Batch => &self.batch.source,
-            Which::Single => &self.single.source,
-        };
         let load = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(source.as_str())
+            .arg(self.single.source.as_str())
             .get_packed_command();
         if let WireReply::Error(message) = self.wire.request(&load).await? {
             return Err(server_error(message));
@@ -275,7 +270,7 @@ impl Active<'_> {
             return Err(RedisError::Config("only a lone caller calls directly"));
         };
         link.encode_single(key, now, cost);
-        let sent = tokio::time::timeout(timeout, link.query(Which::Single)).await;
+        let sent = tokio::time::timeout(timeout, link.query()).await;
         let reply = match sent {
             Err(_) => {
                 // The reply may still come: not on this socket.
@@ -319,7 +314,11 @@ impl Batcher {
         params: Vec<i64>,
         keys: KeySpace,
         suffixes: &'static [&'static str],
+        depth: usize,
     ) -> Result<Batcher, RedisError> {
+        if depth == 0 {
+            return Err(RedisError::Config("at least one batch must be in flight"));
+        }
         let (queue, jobs) = mpsc::unbounded_channel();
         let link = Link {
             wire: Wire::new(info)?,
@@ -336,11 +335,7 @@ impl Batcher {
             link: tokio::sync::Mutex::new(link),
             active: AtomicUsize::new(0),
         });
-        let call = Call {
-            shared: Arc::clone(&shared),
-            live: Vec::with_capacity(MAX_BATCH),
-            replies: Vec::with_capacity(MAX_BATCH),
-        };
+        let call = Call::new(Arc::clone(&shared), depth);
         tokio::spawn(call.run(jobs));
         Ok(Batcher { queue, shared })
     }
@@ -387,27 +382,87 @@ impl Batcher {
     }
 }
 
-/// The driver: one batch on the wire at a time. While it is, new requests
-/// queue and form the next batch, so batches grow with the load (a second
-/// batch in flight halved the batch size and lowered throughput, measured
-/// with `examples/redis_throughput.rs`).
+/// A command on the wire; replies come back in the order the commands were
+/// written, so the oldest is answered by the next reply.
+enum Sent {
+    /// A batch's jobs; `retried` once sent again after a `NOSCRIPT`.
+    Batch { jobs: Vec<Job>, retried: bool },
+    /// `SCRIPT LOAD` of the batch script, after a `NOSCRIPT`.
+    Load,
+}
+
+/// What the driver waits for while batches are on the wire.
+enum Event {
+    /// The oldest command's reply (or the failure that dropped the socket).
+    Reply(redis::RedisResult<WireReply>),
+    /// The oldest deadline on the wire passed first.
+    Late,
+    /// Requests queued (0: every sender is gone).
+    Queued(usize),
+}
+
+/// The driver: up to `depth` batches on the wire at a time, on one
+/// connection. With one, Redis and the client take turns: Redis idles
+/// while the client answers a batch's callers and they ask again, and the
+/// client idles while Redis runs the next batch. With two, one batch runs
+/// in Redis while the callers of the other are answered and queue again.
+/// To keep batches from fragmenting (a request or two sent as soon as it
+/// queues, with the rest of the callers in one big batch), a further batch
+/// is sent only once `active / depth` requests are waiting, or every
+/// active caller is either waiting or on the wire; with nothing on the
+/// wire, whatever waits is sent at once.
 struct Call {
     shared: Arc<Shared>,
-    /// The batch's jobs still waiting for an answer.
-    live: Vec<Job>,
+    /// The most batches on the wire at once.
+    depth: usize,
+    /// Requests taken from the queue and not yet sent, in arrival order.
+    pending: Vec<Job>,
+    /// What is on the wire, oldest first.
+    sent: VecDeque<Sent>,
+    /// The batches in `sent`.
+    batches: usize,
+    /// Their requests.
+    on_wire: usize,
+    /// Job vectors of answered batches, reused.
+    spare: Vec<Vec<Job>>,
     replies: Vec<Result<Reply, RedisError>>,
+    /// The message of a failed `SCRIPT LOAD`, for the batch it was for.
+    load_error: Option<String>,
+    /// Bounds the wait for replies by the oldest deadline on the wire (one
+    /// timer, moved as the deadline changes).
+    late: Pin<Box<Sleep>>,
+    late_at: Instant,
 }
 
 impl Call {
+    fn new(shared: Arc<Shared>, depth: usize) -> Call {
+        let far = Instant::now() + Duration::from_secs(86_400);
+        Call {
+            shared,
+            depth,
+            pending: Vec::with_capacity(MAX_BATCH),
+            sent: VecDeque::with_capacity(2 * depth),
+            batches: 0,
+            on_wire: 0,
+            spare: Vec::new(),
+            replies: Vec::with_capacity(MAX_BATCH),
+            load_error: None,
+            late: Box::pin(tokio::time::sleep_until(far)),
+            late_at: far,
+        }
+    }
+
     async fn run(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
         let shared = Arc::clone(&self.shared);
+        let mut open = true;
         loop {
             // Zero: every limiter clone (every sender) is gone.
-            if batch.is_empty() && jobs.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            if self.pending.is_empty()
+                && (!open || jobs.recv_many(&mut self.pending, MAX_BATCH).await == 0)
+            {
                 return;
             }
-            let Some(deadline) = batch.first().map(|job: &Job| job.deadline) else {
+            let Some(deadline) = self.pending.first().map(|job| job.deadline) else {
                 continue;
             };
             // A lone caller holds the connection for its call, bounded by
@@ -416,25 +471,20 @@ impl Call {
             // wait for the connection is bounded by their deadlines too.
             let Ok(mut link) = tokio::time::timeout_at(deadline, shared.link.lock()).await else {
                 let now = Instant::now();
-                let mut waiting = Vec::with_capacity(batch.len());
-                for job in batch.drain(..) {
-                    if job.deadline <= now {
-                        let _ = job.reply.send(Err(RedisError::Timeout));
-                    } else {
-                        waiting.push(job);
+                self.pending.retain_mut(|job| {
+                    if job.deadline > now {
+                        return true;
                     }
-                }
-                batch = waiting;
+                    let (gone, _) = oneshot::channel();
+                    let reply = std::mem::replace(&mut job.reply, gone);
+                    let _ = reply.send(Err(RedisError::Timeout));
+                    false
+                });
                 continue;
             };
-            // What queued while the connection was busy joins this batch.
-            while batch.len() < MAX_BATCH {
-                match jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-            self.send(&mut link, &mut batch).await;
+            // A lone caller's call dropped mid-way leaves its reply owed.
+            link.wire.claim();
+            open = self.drive(&mut link, &mut jobs, open).await;
             drop(link);
             // The callers just answered are runnable and about to ask
             // again: let them queue before the next batch is taken, or the
@@ -443,57 +493,270 @@ impl Call {
         }
     }
 
-    /// Sends `batch` as one script call and hands out the replies,
-    /// leaving `batch` empty. Jobs whose caller is gone are dropped
-    /// unsent (no quota spent on a decision nobody reads), and jobs past
-    /// their deadline are answered with a timeout unsent.
-    async fn send(&mut self, link: &mut Link, batch: &mut Vec<Job>) {
-        let now = Instant::now();
-        for job in batch.drain(..) {
-            if job.reply.is_closed() {
+    /// Sends batches and hands out their replies until nothing is on the
+    /// wire or waiting. Returns whether the queue is still open.
+    async fn drive(
+        &mut self,
+        link: &mut Link,
+        jobs: &mut mpsc::UnboundedReceiver<Job>,
+        mut open: bool,
+    ) -> bool {
+        loop {
+            // What queued joins the requests waiting.
+            while open && self.pending.len() < self.depth * MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => self.pending.push(job),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+                }
+            }
+            self.send_ready(link).await;
+            if self.sent.is_empty() && self.pending.is_empty() {
+                return open;
+            }
+            if self.sent.is_empty() {
+                // Every send failed; the rest goes out on a new socket.
                 continue;
             }
-            if job.deadline <= now {
-                let _ = job.reply.send(Err(RedisError::Timeout));
-                continue;
+            let oldest = self
+                .sent
+                .iter()
+                .filter_map(|sent| match sent {
+                    Sent::Batch { jobs, .. } => jobs.first().map(|job| job.deadline),
+                    Sent::Load => None,
+                })
+                .min();
+            if let Some(oldest) = oldest
+                && oldest != self.late_at
+            {
+                self.late.as_mut().reset(oldest);
+                self.late_at = oldest;
             }
-            self.live.push(job);
+            // Queued requests are only worth a wake-up while another batch
+            // may go out.
+            let listen = open && self.batches < self.depth;
+            let event = {
+                let mut read = std::pin::pin!(link.wire.read());
+                let late = &mut self.late;
+                let pending = &mut self.pending;
+                std::future::poll_fn(|cx| {
+                    // `read` is cancel safe (`Wire::read`): dropped when
+                    // another event comes first, it loses nothing.
+                    if let Poll::Ready(reply) = read.as_mut().poll(cx) {
+                        return Poll::Ready(Event::Reply(reply));
+                    }
+                    if late.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Event::Late);
+                    }
+                    if listen && let Poll::Ready(n) = jobs.poll_recv_many(cx, pending, MAX_BATCH) {
+                        return Poll::Ready(Event::Queued(n));
+                    }
+                    Poll::Pending
+                })
+                .await
+            };
+            match event {
+                Event::Queued(0) => open = false,
+                Event::Queued(_) => {}
+                Event::Late => {
+                    // The replies may still come: not on this socket.
+                    link.wire.reset();
+                    self.fail_all(&RedisError::Timeout);
+                }
+                // The socket is dropped (`Wire::read`): every reply owed
+                // on it is lost.
+                Event::Reply(Err(e)) if e.is_timeout() => self.fail_all(&RedisError::Timeout),
+                Event::Reply(Err(e)) => self.fail_all(&RedisError::Redis(e)),
+                Event::Reply(Ok(reply)) => {
+                    if self.answer(link, reply).await {
+                        // As in `run`: the callers answered queue again
+                        // before the next batch is taken.
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
         }
-        let Some(deadline) = self.live.first().map(|job| job.deadline) else {
+    }
+
+    /// Sends what waits: at once when nothing is on the wire, and as a
+    /// further batch (below `depth`) once `active / depth` requests wait or
+    /// no other caller is left to wait for.
+    async fn send_ready(&mut self, link: &mut Link) {
+        // Relaxed: a count read as a hint that sizes the batches; a stale
+        // value only makes one batch larger or smaller, or sends it sooner
+        // or later (never later than the reply of a batch on the wire).
+        let active = self.shared.active.load(Ordering::Relaxed);
+        let share = if self.depth == 1 {
+            MAX_BATCH
+        } else {
+            active.div_ceil(self.depth).clamp(1, MAX_BATCH)
+        };
+        while self.batches < self.depth
+            && !self.pending.is_empty()
+            && (self.batches == 0
+                || self.pending.len() >= share
+                || self.on_wire + self.pending.len() >= active)
+        {
+            let take = self.pending.len().min(share);
+            let mut batch = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(MAX_BATCH));
+            let now = Instant::now();
+            for job in self.pending.drain(..take) {
+                // A caller that is gone is not sent (no quota spent on a
+                // decision nobody reads); one past its deadline is
+                // answered with a timeout unsent.
+                if job.reply.is_closed() {
+                    continue;
+                }
+                if job.deadline <= now {
+                    let _ = job.reply.send(Err(RedisError::Timeout));
+                    continue;
+                }
+                batch.push(job);
+            }
+            let Some(deadline) = batch.first().map(|job| job.deadline) else {
+                self.spare.push(batch);
+                continue;
+            };
+            link.encode_batch(&batch);
+            link.packed.clear();
+            link.command.write_packed_command(&mut link.packed);
+            let written = tokio::time::timeout_at(deadline, link.wire.write(&link.packed)).await;
+            self.batches += 1;
+            self.on_wire += batch.len();
+            self.sent.push_back(Sent::Batch {
+                jobs: batch,
+                retried: false,
+            });
+            match written {
+                Ok(Ok(())) => {}
+                // The socket is dropped (`Wire::write`), with every reply
+                // owed on it.
+                Ok(Err(e)) => self.fail_all(&RedisError::Redis(e)),
+                Err(_) => {
+                    link.wire.reset();
+                    self.fail_all(&RedisError::Timeout);
+                }
+            }
+        }
+    }
+
+    /// Hands `reply` to the oldest command on the wire. Returns whether
+    /// callers were answered.
+    async fn answer(&mut self, link: &mut Link, reply: WireReply) -> bool {
+        let Some(sent) = self.sent.pop_front() else {
+            return false;
+        };
+        let (jobs, retried) = match sent {
+            Sent::Load => {
+                self.load_error = match reply {
+                    WireReply::Error(message) => Some(message),
+                    _ => None,
+                };
+                return false;
+            }
+            Sent::Batch { jobs, retried } => (jobs, retried),
+        };
+        self.batches -= 1;
+        self.on_wire -= jobs.len();
+        let result = match reply {
+            WireReply::Bulk { start, len } => {
+                parse(link.wire.bulk(start, len), jobs.len(), &mut self.replies)
+            }
+            WireReply::Error(message) if message.starts_with("NOSCRIPT") && !retried => {
+                // Redis lost the script (a restart, `SCRIPT FLUSH`): load
+                // it and send the batch again, behind whatever is on the
+                // wire. Those batches met the same missing script and are
+                // sent again in their turn, so the order holds (unless
+                // another client loaded the script in between, when a
+                // later batch may run before this one's second sending:
+                // all of them were waiting at once, either order is one
+                // they could have arrived in).
+                self.resend(link, jobs).await;
+                return false;
+            }
+            WireReply::Error(message) => {
+                let message = match self.load_error.take() {
+                    Some(load) if message.starts_with("NOSCRIPT") => load,
+                    _ => message,
+                };
+                Err(RedisError::Redis(server_error(message)))
+            }
+            other => Err(RedisError::BadReply(format!("batch reply: {other:?}"))),
+        };
+        self.finish(jobs, result);
+        true
+    }
+
+    /// `SCRIPT LOAD`, then `jobs` again.
+    async fn resend(&mut self, link: &mut Link, jobs: Vec<Job>) {
+        let Some(deadline) = jobs.first().map(|job| job.deadline) else {
+            self.spare.push(jobs);
             return;
         };
-        link.encode_batch(&self.live);
-        let sent = tokio::time::timeout_at(deadline, link.query(Which::Batch)).await;
-        let replies = match sent {
+        let load = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(link.batch.source.as_str())
+            .get_packed_command();
+        link.encode_batch(&jobs);
+        link.packed.clear();
+        link.command.write_packed_command(&mut link.packed);
+        let written = tokio::time::timeout_at(deadline, async {
+            link.wire.write(&load).await?;
+            link.wire.write(&link.packed).await
+        })
+        .await;
+        self.batches += 1;
+        self.on_wire += jobs.len();
+        self.sent.push_back(Sent::Load);
+        self.sent.push_back(Sent::Batch {
+            jobs,
+            retried: true,
+        });
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.fail_all(&RedisError::Redis(e)),
             Err(_) => {
-                // The reply may still come: not on this socket.
                 link.wire.reset();
-                Err(RedisError::Timeout)
+                self.fail_all(&RedisError::Timeout);
             }
-            Ok(Err(e)) if e.is_timeout() => Err(RedisError::Timeout),
-            Ok(Err(e)) => Err(RedisError::Redis(e)),
-            Ok(Ok(WireReply::Bulk { start, len })) => parse(
-                link.wire.bulk(start, len),
-                self.live.len(),
-                &mut self.replies,
-            ),
-            Ok(Ok(WireReply::Error(message))) => Err(RedisError::Redis(server_error(message))),
-            Ok(Ok(other)) => Err(RedisError::BadReply(format!("batch reply: {other:?}"))),
-        };
-        match replies {
+        }
+    }
+
+    /// Answers a batch's callers with `result`'s replies, or all with its
+    /// error.
+    fn finish(&mut self, mut jobs: Vec<Job>, result: Result<(), RedisError>) {
+        match result {
             Ok(()) => {
-                for (job, reply) in self.live.drain(..).zip(self.replies.drain(..)) {
+                for (job, reply) in jobs.drain(..).zip(self.replies.drain(..)) {
                     // The caller may have timed out and gone: nothing to do.
                     let _ = job.reply.send(reply);
                 }
             }
             Err(error) => {
-                for job in self.live.drain(..) {
+                for job in jobs.drain(..) {
                     let _ = job.reply.send(Err(copy(&error)));
                 }
             }
         }
         self.replies.clear();
+        self.spare.push(jobs);
+    }
+
+    /// The socket was dropped: every batch on it fails with `error` (a
+    /// batch whose reply is lost may or may not have run; it is not sent
+    /// again, which could decide it twice).
+    fn fail_all(&mut self, error: &RedisError) {
+        while let Some(sent) = self.sent.pop_front() {
+            if let Sent::Batch { jobs, .. } = sent {
+                self.finish(jobs, Err(copy(error)));
+            }
+        }
+        self.batches = 0;
+        self.on_wire = 0;
+        self.load_error = None;
     }
 }
 

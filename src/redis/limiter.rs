@@ -197,6 +197,7 @@ pub struct RedisLimiterBuilder<A, C> {
     store_down: StoreDown,
     local_cache: bool,
     cache_max: usize,
+    batches_in_flight: usize,
     marker: PhantomData<fn() -> A>,
 }
 
@@ -215,6 +216,7 @@ impl<A: RedisAlgorithm, C: Clock + Default> RedisLimiter<A, C> {
             store_down: StoreDown::FailOpen,
             local_cache: true,
             cache_max: 100_000,
+            batches_in_flight: 2,
             marker: PhantomData,
         }
     }
@@ -282,12 +284,23 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         self
     }
 
+    /// On a single server, the most batches of concurrent decisions on the
+    /// wire at once (default 2; at least 1). Each batch is one script call;
+    /// with two, Redis runs one while the callers of the other are answered
+    /// and ask again, instead of the two sides taking turns. Batches run in
+    /// the order they were sent, each decision exactly as separate calls in
+    /// arrival order would give. No effect on a Cluster.
+    pub fn batches_in_flight(mut self, batches: usize) -> Self {
+        self.batches_in_flight = batches;
+        self
+    }
+
     /// Connects (loading the script) and builds the limiter.
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] without a server or with an insurance share
-    /// outside (0, 1]; [`RedisError::Quota`] when the quota cannot run on
+    /// [`RedisError::Config`] without a server, with an insurance share
+    /// outside (0, 1] or with no batch in flight; [`RedisError::Quota`] when the quota cannot run on
     /// the script; [`RedisError::Redis`] or [`RedisError::Timeout`] when the
     /// first connection fails.
     pub async fn build(self) -> Result<RedisLimiter<A, C>, RedisError> {
@@ -327,6 +340,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
                 params.clone(),
                 keys.clone(),
                 A::KEY_SUFFIXES,
+                self.batches_in_flight,
             )?),
             None => None,
         };

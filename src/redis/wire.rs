@@ -5,12 +5,14 @@
 //! task hops (the command to redis-rs's socket task, its reply back) and a
 //! parse of the reply into `Value`s; that machinery was about a third of
 //! the client's time under 16 concurrent callers (`perf`). The driver task
-//! only ever has one request on the wire, so it needs no multiplexing: it
-//! writes the command and reads the reply on its own socket, in its own
-//! task. The connection is opened on first use and after any failure or
-//! timeout (a late reply would answer the next request), with the URL's
-//! user, password and database; RESP2, no TLS (a `rediss://` URL is
-//! refused when the limiter is built).
+//! is the only user of the socket while it holds it, so it needs no
+//! multiplexing: it writes its commands and reads their replies on its own
+//! socket, in its own task; with a few batches in flight, the replies come
+//! in the order the commands were written ([`Wire::write`],
+//! [`Wire::read`]). The connection is opened on first use and after any
+//! failure or timeout (a late reply would answer a later request), with
+//! the URL's user, password and database; RESP2, no TLS (a `rediss://` URL
+//! is refused when the limiter is built).
 
 use super::RedisError;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind};
@@ -61,12 +63,16 @@ pub(crate) enum Reply {
 pub(crate) struct Wire {
     info: ConnectionInfo,
     stream: Option<Stream>,
-    /// A request was started and its reply not read whole: its future was
-    /// dropped mid-way (a lone caller's, cancelled), so the socket may yet
-    /// deliver that reply. The next request opens a new socket.
-    in_flight: bool,
-    /// Bytes read; a reply is parsed from the start.
+    /// Replies owed on this socket: commands written whose reply has not
+    /// been read whole. The driver keeps up to its batches in flight
+    /// owed and reads them in order; whoever takes the connection with
+    /// replies still owed (a lone caller's call dropped mid-way) opens a
+    /// new socket instead ([`claim`](Wire::claim)).
+    owed: usize,
+    /// Bytes read; replies are parsed from `pos`.
     buf: Vec<u8>,
+    /// Where the next reply starts in `buf`.
+    pos: usize,
 }
 
 impl Wire {
@@ -89,59 +95,119 @@ impl Wire {
         Ok(Wire {
             info,
             stream: None,
-            in_flight: false,
+            owed: 0,
             buf: Vec::with_capacity(4096),
+            pos: 0,
         })
     }
 
-    /// The bytes of a [`Reply::Bulk`].
+    /// The bytes of a [`Reply::Bulk`] (valid until the next read).
     pub(crate) fn bulk(&self, start: usize, len: usize) -> &[u8] {
         self.buf.get(start..start + len).unwrap_or_default()
     }
 
-    /// Drops the socket: the next request opens a new one. For a request
-    /// abandoned mid-way (a timeout), whose reply may still come.
+    /// Drops the socket: the next request opens a new one. For requests
+    /// abandoned mid-way (a timeout), whose replies may still come.
     pub(crate) fn reset(&mut self) {
         self.stream = None;
-        self.in_flight = false;
+        self.owed = 0;
+        self.buf.clear();
+        self.pos = 0;
+    }
+
+    /// Called by whoever takes the connection: replies still owed belong
+    /// to a holder that gave up mid-way, and would answer the new holder's
+    /// commands, so the socket is replaced.
+    pub(crate) fn claim(&mut self) {
+        if self.owed > 0 {
+            self.reset();
+        }
     }
 
     /// Sends one packed command and reads its reply, connecting first if
     /// needed. Any failure drops the socket.
     pub(crate) async fn request(&mut self, packed: &[u8]) -> Result<Reply, redis::RedisError> {
-        if self.in_flight {
+        self.claim();
+        self.write(packed).await?;
+        self.read().await
+    }
+
+    /// Writes one packed command, connecting first if needed; its reply
+    /// is owed until [`read`](Wire::read) returns it (replies come in the
+    /// order the commands were written). Any failure drops the socket.
+    pub(crate) async fn write(&mut self, packed: &[u8]) -> Result<(), redis::RedisError> {
+        let result = self.write_inner(packed).await;
+        if result.is_err() {
             self.reset();
-        }
-        self.in_flight = true;
-        let result = self.exchange(packed).await;
-        match result {
-            Ok(_) => self.in_flight = false,
-            Err(_) => self.reset(),
         }
         result
     }
 
-    async fn exchange(&mut self, packed: &[u8]) -> Result<Reply, redis::RedisError> {
+    async fn write_inner(&mut self, packed: &[u8]) -> Result<(), redis::RedisError> {
         if self.stream.is_none() {
             self.open().await?;
         }
-        self.send(packed).await
+        self.put(packed).await
     }
 
-    async fn send(&mut self, packed: &[u8]) -> Result<Reply, redis::RedisError> {
+    /// Writes on the open socket.
+    async fn put(&mut self, packed: &[u8]) -> Result<(), redis::RedisError> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(io::Error::from(io::ErrorKind::NotConnected).into());
         };
+        // Counted before the write: a write dropped mid-way leaves the
+        // socket with a command (maybe) sent and its reply owed.
+        self.owed += 1;
         stream.write_all(packed).await?;
-        self.buf.clear();
+        Ok(())
+    }
+
+    /// Reads the oldest owed reply. Cancel safe: dropped while waiting for
+    /// bytes, it keeps what it read, and the next call reads the same
+    /// reply. Any failure drops the socket.
+    pub(crate) async fn read(&mut self) -> Result<Reply, redis::RedisError> {
+        let result = self.read_inner().await;
+        if result.is_err() {
+            self.reset();
+        }
+        result
+    }
+
+    async fn read_inner(&mut self) -> Result<Reply, redis::RedisError> {
+        if self.owed == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no reply owed").into());
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(io::Error::from(io::ErrorKind::NotConnected).into());
+        };
         loop {
-            match parse_reply(&self.buf) {
-                Ok(Some(reply)) => return Ok(reply),
+            match parse_reply(&self.buf[self.pos..]) {
+                Ok(Some((reply, used))) => {
+                    let at = self.pos;
+                    self.pos += used;
+                    self.owed -= 1;
+                    return Ok(match reply {
+                        Reply::Bulk { start, len } => Reply::Bulk {
+                            start: at + start,
+                            len,
+                        },
+                        other => other,
+                    });
+                }
                 Ok(None) => {}
                 Err(what) => {
                     return Err((ErrorKind::Parse, "malformed reply", what.to_owned()).into());
                 }
             }
+            // Replies read are consumed; what is left is the start of the
+            // next one. Moved to the front before reading more, so the
+            // buffer stays one reply or two long.
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            }
+            // Cancel safe: `read_buf` reads nothing when dropped before it
+            // completes, and what it read is in `buf`.
             if stream.read_buf(&mut self.buf).await? == 0 {
                 return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
             }
@@ -182,7 +248,8 @@ impl Wire {
     }
 
     async fn expect_ok(&mut self, command: &redis::Cmd) -> Result<(), redis::RedisError> {
-        match self.send(&command.get_packed_command()).await? {
+        self.put(&command.get_packed_command()).await?;
+        match self.read_inner().await? {
             Reply::Error(message) => Err(server_error(message)),
             _ => Ok(()),
         }
@@ -194,8 +261,9 @@ pub(crate) fn server_error(message: String) -> redis::RedisError {
     (ErrorKind::Extension, "error reply", message).into()
 }
 
-/// One complete reply at the start of `buf`, `None` while incomplete.
-fn parse_reply(buf: &[u8]) -> Result<Option<Reply>, &'static str> {
+/// One complete reply at the start of `buf` and its length in bytes,
+/// `None` while incomplete.
+fn parse_reply(buf: &[u8]) -> Result<Option<(Reply, usize)>, &'static str> {
     let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
         return Ok(None);
     };
@@ -204,9 +272,10 @@ fn parse_reply(buf: &[u8]) -> Result<Option<Reply>, &'static str> {
         None => return Ok(None),
     };
     match kind {
-        b'+' | b':' => Ok(Some(Reply::Simple(line.to_vec()))),
-        b'-' => Ok(Some(Reply::Error(
-            String::from_utf8_lossy(line).into_owned(),
+        b'+' | b':' => Ok(Some((Reply::Simple(line.to_vec()), line_end + 2))),
+        b'-' => Ok(Some((
+            Reply::Error(String::from_utf8_lossy(line).into_owned()),
+            line_end + 2,
         ))),
         b'$' => {
             let len = std::str::from_utf8(line)
@@ -220,7 +289,7 @@ fn parse_reply(buf: &[u8]) -> Result<Option<Reply>, &'static str> {
             if &buf[start + len..start + len + 2] != b"\r\n" {
                 return Err("bulk string not ended");
             }
-            Ok(Some(Reply::Bulk { start, len }))
+            Ok(Some((Reply::Bulk { start, len }, start + len + 2)))
         }
         b'*' => {
             let count = std::str::from_utf8(line)
@@ -241,7 +310,8 @@ fn parse_reply(buf: &[u8]) -> Result<Option<Reply>, &'static str> {
                     .ok_or("an array element that is not an integer")?;
                 rest = &rest[end + 2..];
             }
-            Ok(Some(Reply::Ints(values, count)))
+            let used = buf.len() - rest.len();
+            Ok(Some((Reply::Ints(values, count), used)))
         }
         _ => Err("unexpected reply type"),
     }
@@ -257,25 +327,28 @@ mod tests {
         assert_eq!(parse_reply(b"+OK"), Ok(None));
         assert_eq!(
             parse_reply(b"+OK\r\n"),
-            Ok(Some(Reply::Simple(b"OK".to_vec())))
+            Ok(Some((Reply::Simple(b"OK".to_vec()), 5)))
         );
         assert_eq!(
             parse_reply(b":12\r\n"),
-            Ok(Some(Reply::Simple(b"12".to_vec())))
+            Ok(Some((Reply::Simple(b"12".to_vec()), 5)))
         );
         assert_eq!(
             parse_reply(b"-NOSCRIPT No matching script\r\n"),
-            Ok(Some(Reply::Error("NOSCRIPT No matching script".to_owned())))
+            Ok(Some((
+                Reply::Error("NOSCRIPT No matching script".to_owned()),
+                30
+            )))
         );
         assert_eq!(parse_reply(b"$5\r\nab\r\n"), Ok(None));
         assert_eq!(parse_reply(b"$5\r\nab\r\nd"), Ok(None));
         assert_eq!(
             parse_reply(b"$5\r\nab\r\nd\r\n"),
-            Ok(Some(Reply::Bulk { start: 4, len: 5 }))
+            Ok(Some((Reply::Bulk { start: 4, len: 5 }, 11)))
         );
         assert_eq!(
             parse_reply(b"$0\r\n\r\n"),
-            Ok(Some(Reply::Bulk { start: 4, len: 0 }))
+            Ok(Some((Reply::Bulk { start: 4, len: 0 }, 6)))
         );
         assert!(parse_reply(b"$5\r\nabcdefg").is_err());
         assert!(parse_reply(b"$x\r\n").is_err());
@@ -284,10 +357,31 @@ mod tests {
         assert_eq!(parse_reply(b"*2\r\n:1\r\n:-5"), Ok(None));
         assert_eq!(
             parse_reply(b"*2\r\n:1\r\n:-5\r\n"),
-            Ok(Some(Reply::Ints([1, -5, 0, 0, 0, 0], 2)))
+            Ok(Some((Reply::Ints([1, -5, 0, 0, 0, 0], 2), 13)))
         );
         assert!(parse_reply(b"*7\r\n").is_err());
         assert!(parse_reply(b"*1\r\n$1\r\nx\r\n").is_err());
         assert!(parse_reply(b"*1\r\n:x\r\n").is_err());
+    }
+
+    #[test]
+    fn pipelined_replies_are_read_one_after_the_other() {
+        let buf = b"$3\r\nabc\r\n-NOSCRIPT x\r\n*1\r\n:7\r\n+OK\r\n$2\r\nd";
+        let mut at = 0;
+        let mut replies = Vec::new();
+        while let Ok(Some((reply, used))) = parse_reply(&buf[at..]) {
+            replies.push(reply);
+            at += used;
+        }
+        assert_eq!(
+            replies,
+            [
+                Reply::Bulk { start: 4, len: 3 },
+                Reply::Error("NOSCRIPT x".to_owned()),
+                Reply::Ints([7, 0, 0, 0, 0, 0], 1),
+                Reply::Simple(b"OK".to_vec()),
+            ]
+        );
+        assert_eq!(&buf[at..], b"$2\r\nd");
     }
 }
