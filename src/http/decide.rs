@@ -124,6 +124,9 @@ impl Pending {
 pub(crate) enum Verdict {
     /// No rule applies: the request passes untouched.
     Unlimited,
+    /// Every rule admitted the request, and no report was asked for (the
+    /// fields go on 429s only): nothing to write into the response.
+    Allowed,
     /// The limits decided (allowed or denied).
     Decided(Report),
     /// No tier found a key.
@@ -139,12 +142,15 @@ pub(crate) enum Verdict {
     Pending(Pending),
 }
 
-/// Decides the request whose head is `parts` under `tiers`.
-pub(crate) fn decide(tiers: &[Tier], parts: &Parts) -> Verdict {
+/// Decides the request whose head is `parts` under `tiers`. An admitted
+/// request gets a [`Report`] only when `report_allowed` (its response
+/// carries the rate-limit fields); otherwise [`Verdict::Allowed`], without
+/// the per-rule states a report builds.
+pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Verdict {
     let mut last_error = None;
     for tier in tiers {
         match tier.key.extract_key(parts) {
-            Ok(key) => return decide_tier(tier, key, parts),
+            Ok(key) => return decide_tier(tier, key, parts, report_allowed),
             Err(error) => last_error = Some(error),
         }
     }
@@ -153,13 +159,13 @@ pub(crate) fn decide(tiers: &[Tier], parts: &Parts) -> Verdict {
     last_error.map_or(Verdict::Unlimited, Verdict::NoKey)
 }
 
-fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts) -> Verdict {
+fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -> Verdict {
     let mut applying = tier.rules.iter().filter(|rule| rule.applies(parts));
     let Some(first) = applying.next() else {
         return Verdict::Unlimited;
     };
     let Some(second) = applying.next() else {
-        return decide_one(tier, first, key, parts);
+        return decide_one(tier, first, key, parts, report_allowed);
     };
     // Several rules, all in memory (the builder refuses an async rule
     // beside others). Each matcher runs once; up to `INLINE` members stay
@@ -195,20 +201,26 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts) -> Verdict {
         n += 1;
     }
     if spill.is_empty() {
-        decide_all(tier, &inline[..n])
+        decide_all(tier, &inline[..n], report_allowed)
     } else {
-        decide_all(tier, &spill)
+        decide_all(tier, &spill, report_allowed)
     }
 }
 
 /// The common case, one rule: one check, nothing allocated (the key
 /// borrowed or on the stack, unless the backend is async or the key new).
-fn decide_one(tier: &Tier, rule: &Rule, key: Key<'_>, parts: &Parts) -> Verdict {
+fn decide_one(
+    tier: &Tier,
+    rule: &Rule,
+    key: Key<'_>,
+    parts: &Parts,
+    report_allowed: bool,
+) -> Verdict {
     let cost = rule.cost_of(parts);
     match &rule.limiter {
         RuleLimiter::Sync(backend) => {
             let key = key.as_str();
-            decide_sync(tier, rule, &**backend, key, cost)
+            decide_sync(tier, rule, &**backend, key, cost, report_allowed)
         }
         RuleLimiter::Async(backend) => Verdict::Pending(Pending {
             tier: Arc::clone(&tier.name),
@@ -220,8 +232,16 @@ fn decide_one(tier: &Tier, rule: &Rule, key: Key<'_>, parts: &Parts) -> Verdict 
 }
 
 /// One in-memory rule.
-fn decide_sync(tier: &Tier, rule: &Rule, backend: &dyn Backend, key: &str, cost: u32) -> Verdict {
+fn decide_sync(
+    tier: &Tier,
+    rule: &Rule,
+    backend: &dyn Backend,
+    key: &str,
+    cost: u32,
+    report_allowed: bool,
+) -> Verdict {
     match backend.check_n(key, cost) {
+        Ok(decision) if decision.is_allowed() && !report_allowed => Verdict::Allowed,
         Ok(decision) => Verdict::Decided(Report::single(
             Arc::clone(&tier.name),
             rule,
@@ -290,7 +310,7 @@ impl Limit for Bound<'_> {
 /// [`AllOf`](crate::policy::AllOf) runs), each limit looked up once. Each
 /// member's own decision (after an admission what is left, after a denial
 /// its peek at the refused cost) gives its rule's headers.
-fn decide_all(tier: &Tier, members: &[Bound<'_>]) -> Verdict {
+fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdict {
     let none = Decision::allow(0, 0, 0);
     let mut inline = [none; INLINE];
     let mut spill = Vec::new();
@@ -310,6 +330,9 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>]) -> Verdict {
             };
         }
     };
+    if report.is_allowed() && !report_allowed {
+        return Verdict::Allowed;
+    }
     let state = |(member, decision): (&Bound<'_>, &Decision)| {
         PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
     };

@@ -89,6 +89,10 @@ impl Config {
                 Counters::bump(&c.unlimited);
                 Settled::Serve(None)
             }
+            Verdict::Allowed => {
+                Counters::bump(&c.allowed);
+                Settled::Serve(None)
+            }
             Verdict::Decided(report) if report.allowed => {
                 Counters::bump(&c.allowed);
                 Settled::Serve(Some(report))
@@ -487,7 +491,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let verdict = decide(&self.config.tiers, &parts);
+        // An admitted request needs its report only for the fields on
+        // every response.
+        let verdict = decide(&self.config.tiers, &parts, self.config.headers.on_allowed);
         let request = Request::from_parts(parts, body);
         match self.config.settle(verdict) {
             Settled::Serve(report) => {
