@@ -382,7 +382,9 @@ impl Algorithm for LeakyBucket {
         AtomicU64::new(0)
     }
 
-    #[inline]
+    // Always inlined: left a call (in some callers it was), the decision
+    // came back through the stack, measured 10-14 ns on a denial.
+    #[inline(always)]
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
