@@ -630,15 +630,24 @@ impl Call {
                 jobs: batch,
                 retried: false,
             });
-            match written {
-                Ok(Ok(())) => {}
-                // The socket is dropped (`Wire::write`), with every reply
-                // owed on it.
-                Ok(Err(e)) => self.fail_all(&RedisError::Redis(e)),
-                Err(_) => {
-                    link.wire.reset();
-                    self.fail_all(&RedisError::Timeout);
-                }
+            self.after_write(link, written);
+        }
+    }
+
+    /// What a write to the wire left: on a failure (the socket dropped by
+    /// `Wire::write`, or a deadline passed mid-write) every command on the
+    /// wire fails, since the replies owed on it will never come.
+    fn after_write(
+        &mut self,
+        link: &mut Link,
+        written: Result<Result<(), redis::RedisError>, tokio::time::error::Elapsed>,
+    ) {
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.fail_all(&RedisError::Redis(e)),
+            Err(_) => {
+                link.wire.reset();
+                self.fail_all(&RedisError::Timeout);
             }
         }
     }
@@ -715,14 +724,7 @@ impl Call {
             jobs,
             retried: true,
         });
-        match written {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => self.fail_all(&RedisError::Redis(e)),
-            Err(_) => {
-                link.wire.reset();
-                self.fail_all(&RedisError::Timeout);
-            }
-        }
+        self.after_write(link, written);
     }
 
     /// Answers a batch's callers with `result`'s replies, or all with its
