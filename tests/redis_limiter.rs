@@ -718,6 +718,38 @@ fn a_stalled_lone_call_does_not_hold_up_the_queue_past_its_deadline() {
 /// the connection is cut while two batches are outstanding: every caller
 /// of both gets a connection error at once (not a timeout, nothing left
 /// waiting), and the limiter decides on a new connection afterwards.
+/// A depth of batches in flight outside 1..=64 is a typed error at build,
+/// never a panic (a huge value used to overflow the driver's bounds).
+#[test]
+fn batches_in_flight_out_of_range_is_a_config_error() {
+    use rategate::redis::RedisError;
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        for depth in [0, 65, usize::MAX] {
+            let built = RedisLimiter::<TokenBucket>::builder(Quota::per_second(10).unwrap())
+                .url(&server.url())
+                .batches_in_flight(depth)
+                .build()
+                .await;
+            assert!(
+                matches!(built, Err(RedisError::Config(_))),
+                "depth {depth}: {:?}",
+                built.err()
+            );
+        }
+        for depth in [1, 64] {
+            let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_second(10).unwrap())
+                .url(&server.url())
+                .batches_in_flight(depth)
+                .build()
+                .await
+                .unwrap();
+            assert!(limiter.check("k").await.unwrap().is_allowed());
+        }
+    });
+}
+
 #[test]
 fn two_batches_in_flight_match_their_replies_and_fail_together() {
     use rategate::redis::{RedisAlgorithm, RedisError};

@@ -319,6 +319,11 @@ impl Batcher {
         if depth == 0 {
             return Err(RedisError::Config("at least one batch must be in flight"));
         }
+        if depth > MAX_BATCHES_IN_FLIGHT {
+            return Err(RedisError::Config(
+                "at most 64 batches in flight (batches_in_flight)",
+            ));
+        }
         let (queue, jobs) = mpsc::unbounded_channel();
         let link = Link {
             wire: Wire::new(info)?,
@@ -400,6 +405,11 @@ enum Event {
     /// Requests queued (0: every sender is gone).
     Queued(usize),
 }
+
+/// The most batches a driver keeps on the wire: beyond a few, more only
+/// splits the waiting callers into smaller batches (and a larger value
+/// would overflow the driver's bounds, `depth * MAX_BATCH`).
+const MAX_BATCHES_IN_FLIGHT: usize = 64;
 
 /// The driver: up to `depth` batches on the wire at a time, on one
 /// connection. With one, Redis and the client take turns: Redis idles

@@ -285,7 +285,8 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
     }
 
     /// On a single server, the most batches of concurrent decisions on the
-    /// wire at once (default 2; at least 1). Each batch is one script call;
+    /// wire at once (default 2; 1 to 64, else `build` returns
+    /// [`RedisError::Config`]). Each batch is one script call;
     /// with two, Redis runs one while the callers of the other are answered
     /// and ask again, instead of the two sides taking turns. Batches run in
     /// the order they were sent, each decision exactly as separate calls in
