@@ -137,6 +137,7 @@ impl SlidingWindowCounter {
     }
 
     /// The counts as seen from window `now_window`.
+    #[inline(always)]
     pub(crate) fn counts_at(&self, word: u64, now_window: u64) -> Counts {
         let (tag, current, previous) = self.unpack(word);
         let fresh = Counts {
@@ -239,6 +240,7 @@ impl SlidingWindowCounter {
     /// The earliest time at which a request of `cost` passes if nothing else
     /// arrives, given counts that deny it at their window's `start +
     /// elapsed`.
+    #[inline(always)]
     fn retry_at(&self, counts: Counts, start: u128, cost: u64) -> u128 {
         let (period, limit) = (self.period, u64::from(self.limit));
         let (current, previous) = (counts.current, counts.previous);
