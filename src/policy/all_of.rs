@@ -196,7 +196,7 @@ where
     }
 
     fn lock_id(&self) -> u64 {
-        keyed_lock_id(self.state_id(), &self.key)
+        keyed_lock_id(&self.key)
     }
 
     fn peek_then_check_n(
