@@ -334,7 +334,7 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         spill.resize(members.len(), none);
         &mut spill
     };
-    let report = match crate::policy::decide_all(members, 1, &mut |i, d| decisions[i] = *d) {
+    let report = match crate::policy::decide_all(members, 1, decisions) {
         Ok(report) => report,
         Err(error) => {
             return Verdict::CostTooHigh {

@@ -5,7 +5,7 @@ use crate::sync::Arc;
 use http::HeaderName;
 use http::request::Parts;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 /// Why no key could be taken from a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,12 +213,55 @@ impl KeyExtractor {
 /// A request's key: borrowed from the request, on the stack, or owned.
 pub(crate) enum Key<'a> {
     Borrowed(&'a str),
-    /// A dotted-quad IPv4 address, `len` bytes of ASCII.
-    Inline {
-        text: [u8; 15],
-        len: usize,
-    },
+    /// A dotted-quad IPv4 address.
+    Inline(Ipv4Text),
     Owned(String),
+}
+
+/// An IPv4 address written out on the stack (`203.0.113.9`), without the
+/// formatting machinery and without validating the text again each time
+/// it is read: only [`Ipv4Text::new`] writes it, digits and dots.
+pub(crate) struct Ipv4Text {
+    /// Invariant: `text[..len]` is ASCII (digits and dots) and `len <= 15`.
+    text: [u8; 15],
+    len: u8,
+}
+
+impl Ipv4Text {
+    pub(crate) fn new(ip: Ipv4Addr) -> Ipv4Text {
+        let mut text = [0u8; 15];
+        let mut len = 0;
+        for (i, octet) in ip.octets().into_iter().enumerate() {
+            if i > 0 {
+                text[len] = b'.';
+                len += 1;
+            }
+            if octet >= 100 {
+                text[len] = b'0' + octet / 100;
+                len += 1;
+            }
+            if octet >= 10 {
+                text[len] = b'0' + octet / 10 % 10;
+                len += 1;
+            }
+            text[len] = b'0' + octet % 10;
+            len += 1;
+        }
+        // At most 4 * 3 digits and 3 dots: 15.
+        Ipv4Text {
+            text,
+            len: len as u8,
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        let bytes = &self.text[..usize::from(self.len)];
+        // SAFETY: only `new` writes `text`, and only ASCII digits and dots
+        // into `text[..len]`: valid UTF-8. (`from_utf8` would check it
+        // again on every request; for a short key that costs more than the
+        // rest of the key's extraction.)
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
 }
 
 impl Key<'_> {
@@ -226,8 +269,7 @@ impl Key<'_> {
     pub(crate) fn as_str(&self) -> &str {
         match self {
             Key::Borrowed(key) => key,
-            // Digits and dots: ASCII, so always UTF-8.
-            Key::Inline { text, len } => std::str::from_utf8(&text[..(*len).min(15)]).unwrap_or(""),
+            Key::Inline(text) => text.as_str(),
             Key::Owned(key) => key,
         }
     }
@@ -289,8 +331,10 @@ fn header_key<'a>(
     if key.is_empty() || key.len() > max_len || !key.iter().all(|b| b.is_ascii_graphic()) {
         return Err(invalid());
     }
-    // Visible ASCII only, checked above: valid UTF-8.
-    std::str::from_utf8(key).map_err(|_| invalid())
+    // SAFETY: every byte of `key` was just checked to be visible ASCII, so
+    // it is valid UTF-8 (`from_utf8` would check it a second time on every
+    // request).
+    Ok(unsafe { std::str::from_utf8_unchecked(key) })
 }
 
 #[cfg(test)]
