@@ -29,24 +29,32 @@ pin_project! {
     #[project = StateProj]
     enum State<F, S, ReqBody> {
         /// The service is answering; `fields`, when there are any to
-        /// write, become headers.
+        /// write, become headers (boxed: a report is a few hundred bytes
+        /// that every admitted request would otherwise carry in its
+        /// future, and copy at each move, without one).
         Serving {
             #[pin]
             future: F,
-            fields: Option<Fields>,
+            fields: Option<Box<Fields>>,
         },
         /// The layer answered (429, no key); taken once.
         Answered {
             response: Option<Response<Bytes>>,
         },
-        /// An async backend is deciding; then the ready service is called.
+        /// An async backend is deciding; then the ready service is called
+        /// (boxed, as the backend's future is: the in-memory path's
+        /// futures stay small).
         Waiting {
-            pending: Pending,
-            service: Option<S>,
-            request: Option<Request<ReqBody>>,
-            config: Arc<Config>,
+            waiting: Box<Waiting<S, ReqBody>>,
         },
     }
+}
+
+struct Waiting<S, ReqBody> {
+    pending: Pending,
+    service: Option<S>,
+    request: Option<Request<ReqBody>>,
+    config: Arc<Config>,
 }
 
 /// A report to write into the service's response, with the configuration
@@ -59,10 +67,12 @@ struct Fields {
 }
 
 impl Fields {
-    fn new(report: Option<Report>, config: &Arc<Config>) -> Option<Fields> {
-        report.map(|report| Fields {
-            report,
-            config: Arc::clone(config),
+    fn new(report: Option<Report>, config: &Arc<Config>) -> Option<Box<Fields>> {
+        report.map(|report| {
+            Box::new(Fields {
+                report,
+                config: Arc::clone(config),
+            })
         })
     }
 }
@@ -96,10 +106,12 @@ where
     ) -> Self {
         ResponseFuture {
             state: State::Waiting {
-                pending,
-                service: Some(service),
-                request: Some(request),
-                config,
+                waiting: Box::new(Waiting {
+                    pending,
+                    service: Some(service),
+                    request: Some(request),
+                    config,
+                }),
             },
         }
     }
@@ -118,7 +130,7 @@ where
                 StateProj::Serving { future, fields } => {
                     let response = ready!(future.poll(cx))?;
                     return Poll::Ready(Ok(match fields {
-                        Some(Fields { report, config }) => config.finish(response, report),
+                        Some(fields) => fields.config.finish(response, &fields.report),
                         None => response.map(ResponseBody::inner),
                     }));
                 }
@@ -132,12 +144,13 @@ where
                     });
                     return Poll::Ready(Ok(response.map(ResponseBody::full)));
                 }
-                StateProj::Waiting {
-                    pending,
-                    service,
-                    request,
-                    config,
-                } => {
+                StateProj::Waiting { waiting } => {
+                    let Waiting {
+                        pending,
+                        service,
+                        request,
+                        config,
+                    } = &mut **waiting;
                     let result = ready!(pending.future.as_mut().poll(cx));
                     let verdict = pending.finish(result);
                     let (Some(mut service), Some(request)) = (service.take(), request.take())
