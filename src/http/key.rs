@@ -222,10 +222,30 @@ pub(crate) enum Key<'a> {
 /// formatting machinery and without validating the text again each time
 /// it is read: only [`Ipv4Text::new`] writes it, digits and dots.
 pub(crate) struct Ipv4Text {
-    /// Invariant: `text[..len]` is ASCII (digits and dots) and `len <= 15`.
+    /// Invariant: `text` is ASCII (digits, dots and zeros; `text[..len]`
+    /// digits and dots) and `len <= 15`.
     text: [u8; 15],
     len: u8,
 }
+
+/// Each octet's decimal digits, left-aligned (zeros after), and how many:
+/// a table instead of two divisions per octet.
+static OCTETS: [[u8; 4]; 256] = {
+    let mut table = [[0u8; 4]; 256];
+    let mut i = 0;
+    while i < 256 {
+        let n = i as u8;
+        table[i] = if n >= 100 {
+            [b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10, 3]
+        } else if n >= 10 {
+            [b'0' + n / 10, b'0' + n % 10, 0, 2]
+        } else {
+            [b'0' + n, 0, 0, 1]
+        };
+        i += 1;
+    }
+    table
+};
 
 impl Ipv4Text {
     pub(crate) fn new(ip: Ipv4Addr) -> Ipv4Text {
@@ -236,16 +256,11 @@ impl Ipv4Text {
                 text[len] = b'.';
                 len += 1;
             }
-            if octet >= 100 {
-                text[len] = b'0' + octet / 100;
-                len += 1;
-            }
-            if octet >= 10 {
-                text[len] = b'0' + octet / 10 % 10;
-                len += 1;
-            }
-            text[len] = b'0' + octet % 10;
-            len += 1;
+            // Three bytes written whatever the octet's length (at most
+            // 12 + 3 = 15); those past its digits are overwritten next.
+            let [a, b, c, digits] = OCTETS[usize::from(octet)];
+            text[len..len + 3].copy_from_slice(&[a, b, c]);
+            len += usize::from(digits);
         }
         // At most 4 * 3 digits and 3 dots: 15.
         Ipv4Text {
@@ -257,7 +272,7 @@ impl Ipv4Text {
     pub(crate) fn as_str(&self) -> &str {
         let bytes = &self.text[..usize::from(self.len)];
         // SAFETY: only `new` writes `text`, and only ASCII digits and dots
-        // into `text[..len]`: valid UTF-8. (`from_utf8` would check it
+        // into `text[..len]` (see `OCTETS`): valid UTF-8. (`from_utf8` would check it
         // again on every request; for a short key that costs more than the
         // rest of the key's extraction.)
         unsafe { std::str::from_utf8_unchecked(bytes) }
@@ -397,6 +412,20 @@ mod tests {
         // The first of repeated headers.
         let two = parts(&[("x-api-key", b"one"), ("x-api-key", b"two")]);
         assert_eq!(x.extract(&two).unwrap(), "one");
+    }
+
+    #[test]
+    fn ipv4_text_is_the_dotted_quad() {
+        for octet in 0..=255u8 {
+            for ip in [
+                Ipv4Addr::new(octet, 0, 9, 255),
+                Ipv4Addr::new(7, octet, 100, 0),
+                Ipv4Addr::new(1, 22, octet, 133),
+                Ipv4Addr::new(255, 255, 255, octet),
+            ] {
+                assert_eq!(Ipv4Text::new(ip).as_str(), ip.to_string());
+            }
+        }
     }
 
     #[test]
