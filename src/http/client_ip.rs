@@ -2,7 +2,7 @@
 //! the peer is a trusted proxy, grouped by prefix.
 
 use super::cidr::{Cidr, mask};
-use super::key::Key;
+use super::key::{Ipv4Text, Key};
 use http::HeaderMap;
 use http::header::HeaderName;
 use std::net::IpAddr;
@@ -196,27 +196,7 @@ impl ClientIp {
         let full = if ip.is_ipv4() { 32 } else { 128 };
         match ip {
             // Written on the stack, without the formatting machinery.
-            IpAddr::V4(v4) if prefix >= full => {
-                let mut text = [0u8; 15];
-                let mut len = 0;
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text[len] = b'.';
-                        len += 1;
-                    }
-                    if octet >= 100 {
-                        text[len] = b'0' + octet / 100;
-                        len += 1;
-                    }
-                    if octet >= 10 {
-                        text[len] = b'0' + octet / 10 % 10;
-                        len += 1;
-                    }
-                    text[len] = b'0' + octet % 10;
-                    len += 1;
-                }
-                Key::Inline { text, len }
-            }
+            IpAddr::V4(v4) if prefix >= full => Key::Inline(Ipv4Text::new(v4)),
             _ if prefix >= full => Key::Owned(ip.to_string()),
             _ => Key::Owned(format!("{}/{prefix}", mask(ip, prefix))),
         }

@@ -99,24 +99,44 @@ pub(crate) struct Pending {
     pub(crate) rule: Rule,
     pub(crate) quota: Quota,
     pub(crate) future: BackendFuture,
+    /// Whether an admission needs a report (its response carries the
+    /// fields), as [`decide`] was asked.
+    pub(crate) report_allowed: bool,
 }
 
 impl Pending {
     /// The verdict once the backend has answered.
     pub(crate) fn finish(&self, result: Result<Decision, CheckError>) -> Verdict {
-        match result {
-            Ok(decision) => Verdict::Decided(Report::single(
-                Arc::clone(&self.tier),
-                &self.rule,
-                &decision,
-                &self.quota,
-            )),
-            Err(error) => Verdict::CostTooHigh {
-                policy: Arc::clone(&self.rule.name),
-                error,
-                shadow: self.rule.shadow,
-            },
+        single_verdict(
+            &self.tier,
+            &self.rule,
+            result,
+            || self.quota,
+            self.report_allowed,
+        )
+    }
+}
+
+/// The verdict on one rule's decision: [`Verdict::Allowed`] for an
+/// admission that needs no report (nothing built: no per-rule state, no
+/// quota looked up), else the report (`quota`: the key's).
+fn single_verdict(
+    tier: &Arc<str>,
+    rule: &Rule,
+    result: Result<Decision, CheckError>,
+    quota: impl FnOnce() -> Quota,
+    report_allowed: bool,
+) -> Verdict {
+    match result {
+        Ok(decision) if decision.is_allowed() && !report_allowed => Verdict::Allowed,
+        Ok(decision) => {
+            Verdict::Decided(Report::single(Arc::clone(tier), rule, &decision, &quota()))
         }
+        Err(error) => Verdict::CostTooHigh {
+            policy: Arc::clone(&rule.name),
+            error,
+            shadow: rule.shadow,
+        },
     }
 }
 
@@ -227,6 +247,7 @@ fn decide_one(
             rule: rule.clone(),
             quota: backend.quota_for(key.as_str()),
             future: backend.check_n(key.into_owned(), cost),
+            report_allowed,
         }),
     }
 }
@@ -240,20 +261,13 @@ fn decide_sync(
     cost: u32,
     report_allowed: bool,
 ) -> Verdict {
-    match backend.check_n(key, cost) {
-        Ok(decision) if decision.is_allowed() && !report_allowed => Verdict::Allowed,
-        Ok(decision) => Verdict::Decided(Report::single(
-            Arc::clone(&tier.name),
-            rule,
-            &decision,
-            &backend.quota_for(key),
-        )),
-        Err(error) => Verdict::CostTooHigh {
-            policy: Arc::clone(&rule.name),
-            error,
-            shadow: rule.shadow,
-        },
-    }
+    single_verdict(
+        &tier.name,
+        rule,
+        backend.check_n(key, cost),
+        || backend.quota_for(key),
+        report_allowed,
+    )
 }
 
 /// Rules decided together without a heap allocation for the members.
@@ -320,7 +334,7 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         spill.resize(members.len(), none);
         &mut spill
     };
-    let report = match crate::policy::decide_all(members, 1, &mut |i, d| decisions[i] = *d) {
+    let report = match crate::policy::decide_all(members, 1, decisions) {
         Ok(report) => report,
         Err(error) => {
             return Verdict::CostTooHigh {

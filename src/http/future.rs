@@ -22,29 +22,58 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, S, ReqBody>,
-        config: Arc<Config>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
     enum State<F, S, ReqBody> {
-        /// The service is answering; `report` becomes headers.
+        /// The service is answering; `fields`, when there are any to
+        /// write, become headers (boxed: a report is a few hundred bytes
+        /// that every admitted request would otherwise carry in its
+        /// future, and copy at each move, without one).
         Serving {
             #[pin]
             future: F,
-            report: Option<Report>,
+            fields: Option<Box<Fields>>,
         },
         /// The layer answered (429, no key); taken once.
         Answered {
             response: Option<Response<Bytes>>,
         },
-        /// An async backend is deciding; then the ready service is called.
+        /// An async backend is deciding; then the ready service is called
+        /// (boxed, as the backend's future is: the in-memory path's
+        /// futures stay small).
         Waiting {
-            pending: Pending,
-            service: Option<S>,
-            request: Option<Request<ReqBody>>,
+            waiting: Box<Waiting<S, ReqBody>>,
         },
+    }
+}
+
+struct Waiting<S, ReqBody> {
+    pending: Pending,
+    service: Option<S>,
+    request: Option<Request<ReqBody>>,
+    config: Arc<Config>,
+}
+
+/// A report to write into the service's response, with the configuration
+/// that says which fields. Only a request with a report holds the
+/// configuration: the common admission (no fields) takes no reference, so
+/// no shared count is written for it.
+struct Fields {
+    report: Report,
+    config: Arc<Config>,
+}
+
+impl Fields {
+    fn new(report: Option<Report>, config: &Arc<Config>) -> Option<Box<Fields>> {
+        report.map(|report| {
+            Box::new(Fields {
+                report,
+                config: Arc::clone(config),
+            })
+        })
     }
 }
 
@@ -52,19 +81,20 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn serving(future: S::Future, report: Option<Report>, config: Arc<Config>) -> Self {
+    pub(crate) fn serving(future: S::Future, report: Option<Report>, config: &Arc<Config>) -> Self {
         ResponseFuture {
-            state: State::Serving { future, report },
-            config,
+            state: State::Serving {
+                future,
+                fields: Fields::new(report, config),
+            },
         }
     }
 
-    pub(crate) fn answered(response: Response<Bytes>, config: Arc<Config>) -> Self {
+    pub(crate) fn answered(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Answered {
                 response: Some(response),
             },
-            config,
         }
     }
 
@@ -76,11 +106,13 @@ where
     ) -> Self {
         ResponseFuture {
             state: State::Waiting {
-                pending,
-                service: Some(service),
-                request: Some(request),
+                waiting: Box::new(Waiting {
+                    pending,
+                    service: Some(service),
+                    request: Some(request),
+                    config,
+                }),
             },
-            config,
         }
     }
 }
@@ -95,9 +127,12 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Serving { future, report } => {
+                StateProj::Serving { future, fields } => {
                     let response = ready!(future.poll(cx))?;
-                    return Poll::Ready(Ok(this.config.finish(response, report.as_ref())));
+                    return Poll::Ready(Ok(match fields {
+                        Some(fields) => fields.config.finish(response, &fields.report),
+                        None => response.map(ResponseBody::inner),
+                    }));
                 }
                 StateProj::Answered { response } => {
                     // Polled again after completion: an empty 500 rather
@@ -109,11 +144,13 @@ where
                     });
                     return Poll::Ready(Ok(response.map(ResponseBody::full)));
                 }
-                StateProj::Waiting {
-                    pending,
-                    service,
-                    request,
-                } => {
+                StateProj::Waiting { waiting } => {
+                    let Waiting {
+                        pending,
+                        service,
+                        request,
+                        config,
+                    } = &mut **waiting;
                     let result = ready!(pending.future.as_mut().poll(cx));
                     let verdict = pending.finish(result);
                     let (Some(mut service), Some(request)) = (service.take(), request.take())
@@ -122,10 +159,10 @@ where
                         this.state.set(State::Answered { response: None });
                         continue;
                     };
-                    let next = match this.config.settle(verdict) {
+                    let next = match config.settle(verdict) {
                         Settled::Serve(report) => State::Serving {
                             future: service.call(request),
-                            report,
+                            fields: Fields::new(report, config),
                         },
                         Settled::Answer(response) => State::Answered {
                             response: Some(response),

@@ -5,7 +5,7 @@ use crate::sync::Arc;
 use http::HeaderName;
 use http::request::Parts;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 /// Why no key could be taken from a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,12 +213,70 @@ impl KeyExtractor {
 /// A request's key: borrowed from the request, on the stack, or owned.
 pub(crate) enum Key<'a> {
     Borrowed(&'a str),
-    /// A dotted-quad IPv4 address, `len` bytes of ASCII.
-    Inline {
-        text: [u8; 15],
-        len: usize,
-    },
+    /// A dotted-quad IPv4 address.
+    Inline(Ipv4Text),
     Owned(String),
+}
+
+/// An IPv4 address written out on the stack (`203.0.113.9`), without the
+/// formatting machinery and without validating the text again each time
+/// it is read: only [`Ipv4Text::new`] writes it, digits and dots.
+pub(crate) struct Ipv4Text {
+    /// Invariant: `text` is ASCII (digits, dots and zeros; `text[..len]`
+    /// digits and dots) and `len <= 15`.
+    text: [u8; 15],
+    len: u8,
+}
+
+/// Each octet's decimal digits, left-aligned (zeros after), and how many:
+/// a table instead of two divisions per octet.
+static OCTETS: [[u8; 4]; 256] = {
+    let mut table = [[0u8; 4]; 256];
+    let mut i = 0;
+    while i < 256 {
+        let n = i as u8;
+        table[i] = if n >= 100 {
+            [b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10, 3]
+        } else if n >= 10 {
+            [b'0' + n / 10, b'0' + n % 10, 0, 2]
+        } else {
+            [b'0' + n, 0, 0, 1]
+        };
+        i += 1;
+    }
+    table
+};
+
+impl Ipv4Text {
+    pub(crate) fn new(ip: Ipv4Addr) -> Ipv4Text {
+        let mut text = [0u8; 15];
+        let mut len = 0;
+        for (i, octet) in ip.octets().into_iter().enumerate() {
+            if i > 0 {
+                text[len] = b'.';
+                len += 1;
+            }
+            // Three bytes written whatever the octet's length (at most
+            // 12 + 3 = 15); those past its digits are overwritten next.
+            let [a, b, c, digits] = OCTETS[usize::from(octet)];
+            text[len..len + 3].copy_from_slice(&[a, b, c]);
+            len += usize::from(digits);
+        }
+        // At most 4 * 3 digits and 3 dots: 15.
+        Ipv4Text {
+            text,
+            len: len as u8,
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        let bytes = &self.text[..usize::from(self.len)];
+        // SAFETY: only `new` writes `text`, and only ASCII digits and dots
+        // into `text[..len]` (see `OCTETS`): valid UTF-8. (`from_utf8` would check it
+        // again on every request; for a short key that costs more than the
+        // rest of the key's extraction.)
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
 }
 
 impl Key<'_> {
@@ -226,8 +284,7 @@ impl Key<'_> {
     pub(crate) fn as_str(&self) -> &str {
         match self {
             Key::Borrowed(key) => key,
-            // Digits and dots: ASCII, so always UTF-8.
-            Key::Inline { text, len } => std::str::from_utf8(&text[..(*len).min(15)]).unwrap_or(""),
+            Key::Inline(text) => text.as_str(),
             Key::Owned(key) => key,
         }
     }
@@ -289,8 +346,10 @@ fn header_key<'a>(
     if key.is_empty() || key.len() > max_len || !key.iter().all(|b| b.is_ascii_graphic()) {
         return Err(invalid());
     }
-    // Visible ASCII only, checked above: valid UTF-8.
-    std::str::from_utf8(key).map_err(|_| invalid())
+    // SAFETY: every byte of `key` was just checked to be visible ASCII, so
+    // it is valid UTF-8 (`from_utf8` would check it a second time on every
+    // request).
+    Ok(unsafe { std::str::from_utf8_unchecked(key) })
 }
 
 #[cfg(test)]
@@ -353,6 +412,20 @@ mod tests {
         // The first of repeated headers.
         let two = parts(&[("x-api-key", b"one"), ("x-api-key", b"two")]);
         assert_eq!(x.extract(&two).unwrap(), "one");
+    }
+
+    #[test]
+    fn ipv4_text_is_the_dotted_quad() {
+        for octet in 0..=255u8 {
+            for ip in [
+                Ipv4Addr::new(octet, 0, 9, 255),
+                Ipv4Addr::new(7, octet, 100, 0),
+                Ipv4Addr::new(1, 22, octet, 133),
+                Ipv4Addr::new(255, 255, 255, octet),
+            ] {
+                assert_eq!(Ipv4Text::new(ip).as_str(), ip.to_string());
+            }
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::stats::{Counters, LayerStats};
 use crate::sync::Arc;
 use crate::{KeyedRateLimiter, Quota, QuotaError, TokenBucket};
 use bytes::Bytes;
+use crossbeam_utils::CachePadded;
 use http::{Request, Response};
 use std::fmt;
 use std::task::{Context, Poll};
@@ -68,7 +69,11 @@ pub(crate) struct Config {
     shadow: bool,
     headers: HeaderOptions,
     responder: Option<Responder>,
-    pub(crate) counters: Counters,
+    /// Written by every request, on every core: on cache lines of their
+    /// own, so that the rules and options read beside them stay shared.
+    /// (Their alignment also puts the whole `Config` after the `Arc`'s
+    /// counts, which every clone of a service writes.)
+    pub(crate) counters: CachePadded<Counters>,
 }
 
 /// What to do with a request once decided.
@@ -149,14 +154,12 @@ impl Config {
     pub(crate) fn finish<B>(
         &self,
         response: Response<B>,
-        report: Option<&Report>,
+        report: &Report,
     ) -> Response<ResponseBody<B>> {
         let mut response = response.map(ResponseBody::inner);
-        if let Some(report) = report {
-            // A shadow-mode pass is a would-be 429: it always gets them.
-            if self.headers.on_allowed || !report.allowed {
-                write_headers(response.headers_mut(), report, &self.headers, false);
-            }
+        // A shadow-mode pass is a would-be 429: it always gets them.
+        if self.headers.on_allowed || !report.allowed {
+            write_headers(response.headers_mut(), report, &self.headers, false);
         }
         response
     }
@@ -312,7 +315,7 @@ impl RateLimitBuilder {
                 shadow: self.shadow,
                 headers: self.headers,
                 responder: self.responder,
-                counters: Counters::default(),
+                counters: CachePadded::default(),
             }),
         }
     }
@@ -498,11 +501,9 @@ where
         match self.config.settle(verdict) {
             Settled::Serve(report) => {
                 let future = self.inner.call(request);
-                ResponseFuture::serving(future, report, Arc::clone(&self.config))
+                ResponseFuture::serving(future, report, &self.config)
             }
-            Settled::Answer(response) => {
-                ResponseFuture::answered(response, Arc::clone(&self.config))
-            }
+            Settled::Answer(response) => ResponseFuture::answered(response),
             Settled::Wait(pending) => {
                 // The service made ready by `poll_ready` goes with the
                 // request; this one keeps a fresh clone (tower's pattern

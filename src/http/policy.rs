@@ -101,8 +101,8 @@ where
 
     fn lock_id(&self, key: &str) -> u64 {
         // As `KeyedLimit` does: one key's state, one lock, whichever
-        // handle checks it.
-        crate::policy::keyed_lock_id((self as *const Self).cast::<()>() as usize, key)
+        // handle checks it (and one for the key's rules together).
+        crate::policy::keyed_lock_id(key)
     }
 
     fn peek_then_check_n(

@@ -196,7 +196,7 @@ where
     }
 
     fn lock_id(&self) -> u64 {
-        keyed_lock_id(self.state_id(), &self.key)
+        keyed_lock_id(&self.key)
     }
 
     fn peek_then_check_n(
@@ -280,12 +280,16 @@ impl std::error::Error for MemberError {}
 struct Fold<'a> {
     best: Option<(usize, Decision)>,
     peeks_allowed: bool,
-    each: &'a mut dyn FnMut(usize, &Decision),
+    /// Member `i`'s latest decision goes to `decisions[i]`, when the
+    /// caller asked for them (an empty slice: not kept).
+    decisions: &'a mut [Decision],
 }
 
 impl Fold<'_> {
     fn record(&mut self, member: usize, decision: Decision) {
-        (self.each)(member, &decision);
+        if let Some(slot) = self.decisions.get_mut(member) {
+            *slot = decision;
+        }
         // On a tie the first member binds, whatever order they came in.
         self.best = Some(match self.best {
             Some((i, best))
@@ -322,18 +326,18 @@ fn unlimited() -> Decision {
 }
 
 /// The all-or-nothing decision over `members`, each charged `cost`;
-/// `each(i, d)` hears member `i`'s decision (the check's after a commit,
-/// else the peek's; a member may be heard more than once, the last one
-/// counts). Allocates nothing.
+/// `decisions[i]` gets member `i`'s decision (the check's after a commit,
+/// else the peek's) when `decisions` has room for every member; an empty
+/// slice keeps none. Allocates nothing.
 pub(crate) fn decide_all<M: Limit>(
     members: &[M],
     cost: u32,
-    each: &mut dyn FnMut(usize, &Decision),
+    decisions: &mut [Decision],
 ) -> Result<AllOfDecision, MemberError> {
     let mut fold = Fold {
         best: None,
         peeks_allowed: true,
-        each,
+        decisions,
     };
     if let [only] = members {
         // Alone, a member needs no lock: its own check is atomic.
@@ -530,7 +534,7 @@ impl AllOf {
     /// A [`MemberError`] naming the member that can never admit `cost`;
     /// nothing is consumed.
     pub fn check_n_report(&self, cost: u32) -> Result<AllOfDecision, MemberError> {
-        decide_all(&self.members, cost, &mut |_, _| {})
+        decide_all(&self.members, cost, &mut [])
     }
 }
 

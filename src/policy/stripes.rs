@@ -1,6 +1,8 @@
 //! The lock stripes [`AllOf`](super::AllOf) holds while it decides: which
 //! stripe guards a limit's state, and taking a set of them in order.
 
+#[cfg(not(rategate_loom))]
+use crossbeam_utils::CachePadded;
 use std::hash::{Hash, Hasher};
 
 /// Lock stripes shared by every [`AllOf`](super::AllOf) in the process,
@@ -17,8 +19,12 @@ const STRIPES: usize = 64;
 #[cfg(rategate_loom)]
 const STRIPES: usize = 1;
 
+/// Each stripe on a cache line of its own: a `Mutex<()>` is one byte, so
+/// unpadded all 64 would share one line and every lock taken on one core
+/// would evict the line from the others, whichever stripes they take.
 #[cfg(not(rategate_loom))]
-static LOCKS: [crate::sync::Mutex<()>; STRIPES] = [const { parking_lot::const_mutex(()) }; STRIPES];
+static LOCKS: [CachePadded<crate::sync::Mutex<()>>; STRIPES] =
+    [const { CachePadded::new(parking_lot::const_mutex(())) }; STRIPES];
 
 #[cfg(not(rategate_loom))]
 fn stripe_lock(stripe: usize) -> &'static crate::sync::Mutex<()> {
@@ -43,10 +49,14 @@ pub(crate) fn stripe_of(lock_id: u64) -> usize {
     (lock_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (u64::BITS - 6)) as usize % STRIPES
 }
 
-/// The lock id of `key` in the keyed limiter at address `limiter`: one
-/// key's state always gets the same one, whichever handle checks it.
-pub(crate) fn keyed_lock_id<Q: Hash + ?Sized>(limiter: usize, key: &Q) -> u64 {
-    let mut hasher = StripeHasher(limiter as u64);
+/// The lock id of `key` in a keyed limiter: one key's state always gets
+/// the same one, whichever handle checks it. The limiter is left out on
+/// purpose: the rules of one request share its key, so an `AllOf` over
+/// one client's limits (the HTTP layer's rules) takes one stripe, not one
+/// per limiter. Keys of different limiters that share a stripe only share
+/// a lock.
+pub(crate) fn keyed_lock_id<Q: Hash + ?Sized>(key: &Q) -> u64 {
+    let mut hasher = StripeHasher(0);
     key.hash(&mut hasher);
     hasher.finish()
 }
@@ -64,9 +74,22 @@ impl Hasher for StripeHasher {
             word.copy_from_slice(chunk);
             self.write_u64(u64::from_le_bytes(word));
         }
-        let mut tail = [0u8; 8];
-        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-        self.write_u64(u64::from_le_bytes(tail) ^ chunks.remainder().len() as u64);
+        // The last 0-7 bytes without a copy of variable length (a call to
+        // `memcpy`): two overlapping 4-byte reads, or the first, middle
+        // and last byte, as wyhash reads short inputs; the length mixed in.
+        // (Two keys whose words collide only share a stripe.)
+        let rest = chunks.remainder();
+        let n = rest.len();
+        let tail = if n >= 4 {
+            let lo = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+            let hi = u32::from_le_bytes([rest[n - 4], rest[n - 3], rest[n - 2], rest[n - 1]]);
+            u64::from(lo) | u64::from(hi) << 32
+        } else if n > 0 {
+            u64::from(rest[0]) | u64::from(rest[n / 2]) << 8 | u64::from(rest[n - 1]) << 16
+        } else {
+            0
+        };
+        self.write_u64(tail ^ (n as u64) << 61);
     }
 
     fn write_u64(&mut self, word: u64) {
@@ -90,7 +113,14 @@ pub(crate) fn with_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
         return f();
     }
     let _guard = stripe_lock(mask.trailing_zeros() as usize).lock();
-    with_stripes(mask & (mask - 1), f)
+    let rest = mask & (mask - 1);
+    // The last stripe runs `f` itself, one frame fewer (most `AllOf`s on
+    // one key take one stripe).
+    if rest == 0 {
+        f()
+    } else {
+        with_stripes(rest, f)
+    }
 }
 
 #[cfg(all(test, not(rategate_loom)))]
@@ -100,20 +130,23 @@ mod tests {
     #[test]
     fn one_state_one_stripe_and_keys_spread() {
         // A key's id is the same whatever the handle's key type.
-        let limiter = 0x7f00_1234_5670_usize;
         assert_eq!(
-            keyed_lock_id(limiter, "user-1"),
-            keyed_lock_id(limiter, &"user-1".to_string())
+            keyed_lock_id("user-1"),
+            keyed_lock_id(&"user-1".to_string())
         );
-        assert_ne!(
-            keyed_lock_id(limiter, "user-1"),
-            keyed_lock_id(limiter + 64, "user-1")
-        );
+        assert_ne!(keyed_lock_id("user-1"), keyed_lock_id("user-2"));
         let stripes: std::collections::HashSet<usize> = (0..1000)
-            .map(|k| stripe_of(keyed_lock_id(limiter, &format!("user-{k}"))))
+            .map(|k| stripe_of(keyed_lock_id(&format!("user-{k}"))))
             .collect();
         assert!(stripes.len() > 56, "1000 keys on {} stripes", stripes.len());
         assert!(stripes.iter().all(|&s| s < STRIPES));
+        // Short keys too (1 to 5 bytes: the tail's two reads).
+        for prefix in ["", "k-"] {
+            let stripes: std::collections::HashSet<usize> = (0..1000)
+                .map(|k| stripe_of(keyed_lock_id(&format!("{prefix}{k}"))))
+                .collect();
+            assert!(stripes.len() > 56, "{prefix}: {} stripes", stripes.len());
+        }
     }
 
     #[test]
