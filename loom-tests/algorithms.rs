@@ -114,6 +114,38 @@ fn sliding_window_log_racing_times() {
     racing_times::<SlidingWindowLog>(quota, SECOND, 2 * SECOND, 2);
 }
 
+/// A full log (limit 2: entries at 0 and 10) while one thread checks at the
+/// older entry's expiry (the locked path drops it, admits, and publishes a
+/// new summary) and another checks 1 ns before it (a denial the summary
+/// alone can decide). The denial must be one of the two sequential ones,
+/// field for field: a summary read torn across the publication mixes them.
+#[test]
+fn sliding_window_log_denial_without_the_lock_reads_a_whole_summary() {
+    model(|| {
+        let swl = SlidingWindowLog::from_quota(&Quota::per_second(2).unwrap()).unwrap();
+        let (swl, state) = (Arc::new(swl), Arc::new(swl.new_state()));
+        assert!(swl.check(&state, 0, 1).unwrap().is_allowed());
+        assert!(swl.check(&state, 10, 1).unwrap().is_allowed());
+        let [admit, deny] = [SECOND, SECOND - 1].map(|now| {
+            let (swl, state) = (swl.clone(), state.clone());
+            thread::spawn(move || swl.check(&state, now, 1).unwrap())
+        });
+        let (admitted, denied) = (admit.join().unwrap(), deny.join().unwrap());
+        assert!(admitted.is_allowed(), "{admitted:?}");
+        assert_eq!(admitted.reset_after_nanos(), SECOND);
+        assert!(!denied.is_allowed(), "{denied:?}");
+        assert_eq!(denied.remaining(), 0);
+        let fields = (denied.retry_after_nanos(), denied.reset_after_nanos());
+        // First: the entry at 0 frees a slot 1 ns later, the one at 10
+        // leaves 11 ns later. After the admission at 1 s (its reading counts
+        // as 1 s): the entry at 10 frees the slot, the one at 1 s leaves last.
+        assert!(
+            fields == (1, 11) || fields == (11, SECOND + 1),
+            "a torn summary: {denied:?}"
+        );
+    });
+}
+
 #[test]
 fn leaky_bucket_racing_checks() {
     // burst=1 nodelay: two pass at once (burst + 1).

@@ -30,9 +30,22 @@
 //! the sum is compared and one entry is appended: O(1) amortised for an
 //! admission; a denial also walks the entries that must expire before the
 //! request fits (at most its cost many).
+//!
+//! # Denials without the lock
+//!
+//! A full log denies every request until its oldest entry leaves, and under
+//! a flood that is what most checks are. After every change the lock holder
+//! publishes a summary (the costs used, the oldest and the newest entry's
+//! times) under a sequence lock. A check that reads a consistent summary,
+//! whose oldest entry is still in the window at its reading, and whose cost
+//! would fit with one more unit free (the oldest entry's leaving frees at
+//! least that), is denied from the summary alone: the decision is the one
+//! the locked path would make, field for field, with loads only. Anything
+//! else (an admission, an expiry, a larger shortfall, a torn read) takes the
+//! lock.
 
 use super::{Algorithm, check_cost};
-use crate::sync::Mutex;
+use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 use std::collections::VecDeque;
 
@@ -59,11 +72,12 @@ use std::collections::VecDeque;
 ///
 /// # Memory per key
 ///
-/// On a 64-bit target, 56 bytes inline (the mutex, the ring's header, the
-/// running sum and the latest reading) plus 16 bytes per ring slot on the heap.
+/// On a 64-bit target, 88 bytes inline (the mutex, the ring's header, the
+/// running sum and the latest reading, and the four words of the lock-free
+/// denial's summary) plus 16 bytes per ring slot on the heap.
 /// The ring starts empty and unallocated, and grows only as requests arrive,
 /// doubling from 4 slots and capped at `limit` slots: at most
-/// `56 + 16 x limit` bytes, reached only when `limit` requests at distinct
+/// `88 + 16 x limit` bytes, reached only when `limit` requests at distinct
 /// times fall in one window. A key whose log has emptied is idle, and a
 /// keyed limiter's sweep frees it entirely.
 ///
@@ -73,6 +87,13 @@ use std::collections::VecDeque;
 /// latest time (no time elapsed): admissions are recorded at it, and entries
 /// dropped as expired at it stay dropped, so a step back can never reopen a
 /// window. The limit holds in every window of the recorded times.
+///
+/// A denial taken without the lock (see the module docs) records its reading
+/// with a plain store, so two such denials racing on different threads may
+/// leave the earlier of their readings as the latest: a later admission on a
+/// clock that stepped back may then be recorded at that earlier reading. It
+/// is still no earlier than any reading that dropped an entry or admitted
+/// one, so no window reopens and the limit holds as above.
 /// `retry_after` and `reset_after` stay measured from the `now` given, so
 /// they include the step back.
 ///
@@ -131,6 +152,68 @@ pub struct SlidingWindowLog {
 #[derive(Debug)]
 pub struct WindowLog {
     log: Mutex<Log>,
+    /// The log's summary for denials without the lock.
+    hint: Hint,
+}
+
+/// A summary of the log, published by the lock holder under a sequence
+/// lock, from which a check can deny a request without the lock.
+///
+/// The sequence number (the log's `published`) is even when the words are
+/// stable and odd while the lock holder rewrites them. All zeros (used 0)
+/// is a valid summary of any log: it denies nothing, so a new or restored
+/// log starts with it.
+#[derive(Debug, Default)]
+struct Hint {
+    /// The sequence number in the high 32 bits, `used` in the low 32.
+    seq_used: AtomicU64,
+    /// The oldest live entry's time.
+    oldest: AtomicU64,
+    /// The newest entry's time.
+    newest: AtomicU64,
+    /// The latest reading a denial without the lock has seen: it counts as
+    /// the log's latest reading too (see "Time going backwards"). Raised by
+    /// a plain store, outside the sequence lock.
+    seen: AtomicU64,
+}
+
+impl WindowLog {
+    fn with_log(log: Log) -> WindowLog {
+        WindowLog {
+            log: Mutex::new(log),
+            hint: Hint::default(),
+        }
+    }
+
+    /// The log's clock at a check: its latest reading, or a later one a
+    /// denial without the lock has seen.
+    #[inline]
+    fn latest(&self, log: &Log) -> u64 {
+        // Relaxed: any value stored is some denial's reading, each of which
+        // may count; nothing else is read through it.
+        log.latest.max(self.hint.seen.load(Ordering::Relaxed))
+    }
+
+    /// Publishes `log`, which the caller holds the lock of, as the summary.
+    fn publish(&self, log: &mut Log) {
+        let hint = &self.hint;
+        let word = |seq: u32, used: u32| u64::from(seq) << 32 | u64::from(used);
+        // An odd number: readers discard the word, so `used` may be 0.
+        hint.seq_used
+            .store(word(log.published.wrapping_add(1), 0), Ordering::Relaxed);
+        let oldest = log.entries.front().map_or(0, |e| e.at);
+        let newest = log.entries.back().map_or(0, |e| e.at);
+        // Release: a reader whose Acquire load reads either word sees the
+        // odd number above when it re-reads the sequence, and discards what
+        // it read.
+        hint.oldest.store(oldest, Ordering::Release);
+        hint.newest.store(newest, Ordering::Release);
+        log.published = log.published.wrapping_add(2);
+        // Release: a reader whose Acquire load sees this even number sees
+        // every word above.
+        hint.seq_used
+            .store(word(log.published, log.used), Ordering::Release);
+    }
 }
 
 /// The log proper; see [`WindowLog`].
@@ -147,6 +230,9 @@ struct Log {
     /// dropped as expired at this time, so an earlier reading counts as
     /// this one: it must not see a window the log no longer holds.
     latest: u64,
+    /// The summary's sequence number as last published (only the lock
+    /// holder writes the summary, so it keeps the number here).
+    published: u32,
 }
 
 /// One admission time and the cost admitted at it.
@@ -174,15 +260,15 @@ impl SlidingWindowLog {
     }
 
     /// The pure decision core: decide a request of `cost` (at most the
-    /// limit) at `now` against `log`, which is not modified (expired entries
-    /// still in it are skipped). Returns the decision and, when admitted
-    /// with a cost, the time to record it at.
+    /// limit) at `now` against `log`, whose clock reads `latest`, which is
+    /// not modified (expired entries still in it are skipped). Returns the
+    /// decision and, when admitted with a cost, the time to record it at.
     ///
     /// Always inlined: as a call it returned the decision through the stack
     /// in pieces the CPU could not forward to the loads reading it back.
     #[inline(always)]
-    fn decide(&self, log: &Log, now: u64, cost: u32) -> (Decision, Option<u64>) {
-        let at = now.max(log.latest);
+    fn decide(&self, log: &Log, latest: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        let at = now.max(latest);
         let mut live = log.entries.iter().peekable();
         let mut used = log.used;
         while let Some(entry) = live.next_if(|e| self.expired(e.at, at)) {
@@ -227,16 +313,19 @@ impl SlidingWindowLog {
     }
 
     /// Moves the log's clock to `now` (if later) and drops the entries that
-    /// are out of the window at the result.
-    fn advance(&self, log: &mut Log, now: u64) {
-        log.latest = log.latest.max(now);
+    /// are out of the window at the result; whether it dropped any.
+    fn advance(&self, state: &WindowLog, log: &mut Log, now: u64) -> bool {
+        log.latest = state.latest(log).max(now);
+        let mut dropped = false;
         while let Some(oldest) = log.entries.front() {
             if !self.expired(oldest.at, log.latest) {
                 break;
             }
             log.used -= oldest.cost;
             log.entries.pop_front();
+            dropped = true;
         }
+        dropped
     }
 
     /// Appends an admission of `cost` (at least 1) at `at`, the log's
@@ -262,6 +351,56 @@ impl SlidingWindowLog {
 }
 
 impl SlidingWindowLog {
+    /// The denial the locked path would make, from the log's summary alone,
+    /// or `None` (take the lock) unless the summary is consistent, the
+    /// request misses by exactly one unit, and the oldest entry is still in
+    /// the window at `now`.
+    ///
+    /// The locked path would drop no entry (entries are in time order and
+    /// the oldest stays; the log's clock is below the oldest entry's expiry,
+    /// which only ever moves later), keep `used`, and find the retry time at
+    /// the oldest entry, whose cost of at least 1 frees the missing unit: the
+    /// same decision, field for field.
+    #[inline(always)]
+    fn deny_without_lock(&self, state: &WindowLog, now: u64, cost: u32) -> Option<Decision> {
+        let hint = &state.hint;
+        // Acquire: pairs with the publisher's Release store of the even
+        // `seq`, so the words below are at least that publication's.
+        let seq_used = hint.seq_used.load(Ordering::Acquire);
+        let used = seq_used as u32;
+        // Both at most the limit, a u32: no overflow in u64.
+        let after = u64::from(used) + u64::from(cost);
+        let limit = u64::from(self.limit);
+        // Most admissions leave here, before reading the rest.
+        if after != limit + 1 {
+            return None;
+        }
+        // Acquire: if either word comes from a later publication, the
+        // re-read of the sequence below sees that publication's odd number
+        // (or a later one), pairing with the publisher's Release stores.
+        let oldest = hint.oldest.load(Ordering::Acquire);
+        let newest = hint.newest.load(Ordering::Acquire);
+        if seq_used & 1 << 32 != 0 || hint.seq_used.load(Ordering::Relaxed) != seq_used {
+            return None;
+        }
+        if self.expired(oldest, now.max(oldest)) {
+            return None;
+        }
+        // The denial's reading becomes the log's latest if later (one no
+        // later than the newest entry's time is not: the log's clock is at
+        // least that). A plain store: Relaxed, racing denials may leave the
+        // earlier reading (see "Time going backwards" on the type); the
+        // summary's words do not depend on it.
+        if now > newest && now > hint.seen.load(Ordering::Relaxed) {
+            hint.seen.store(now, Ordering::Relaxed);
+        }
+        let retry = self.until_expiry(oldest, now);
+        let reset = self.until_expiry(newest, now);
+        // After a run-time limit cut `used` may exceed the limit.
+        let left = limit.saturating_sub(u64::from(used)) as u32;
+        Some(Decision::deny(self.limit, left, reset, retry))
+    }
+
     /// Appends the log (see [`Snapshot`](crate::snapshot::Snapshot)):
     /// `latest` (u64), the number of entries (u32), then each entry's time
     /// (u64) and cost (u32), little-endian, oldest first.
@@ -289,6 +428,7 @@ impl SlidingWindowLog {
         let latest = u64::from_le_bytes(*latest);
         let mut log = Log {
             entries: VecDeque::with_capacity(count as usize),
+            published: 0,
             used: 0,
             latest: super::moved_time(latest, then, now),
         };
@@ -311,9 +451,7 @@ impl SlidingWindowLog {
             }
             rest = tail;
         }
-        Some(WindowLog {
-            log: Mutex::new(log),
-        })
+        Some(WindowLog::with_log(log))
     }
 }
 
@@ -339,9 +477,7 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn new_state(&self) -> WindowLog {
-        WindowLog {
-            log: Mutex::new(Log::default()),
-        }
+        WindowLog::with_log(Log::default())
     }
 
     // Always inlined, for the same reason as `decide`.
@@ -353,13 +489,19 @@ impl Algorithm for SlidingWindowLog {
             return self.peek(state, now, 0);
         }
         check_cost(cost, self.limit)?;
+        if let Some(denied) = self.deny_without_lock(state, now, cost) {
+            return Ok(denied);
+        }
         // The mutex orders every access to the log: a check sees all the
         // admissions of the checks that held the lock before it.
         let mut log = state.log.lock();
-        self.advance(&mut log, now);
-        let (decision, at) = self.decide(&log, now, cost);
+        let dropped = self.advance(state, &mut log, now);
+        let (decision, at) = self.decide(&log, log.latest, now, cost);
         if let Some(at) = at {
             self.record(&mut log, at, cost);
+        }
+        if dropped || at.is_some() {
+            state.publish(&mut log);
         }
         Ok(decision)
     }
@@ -368,12 +510,12 @@ impl Algorithm for SlidingWindowLog {
         check_cost(cost, self.limit)?;
         // The lock gives a consistent snapshot; the log is only read.
         let log = state.log.lock();
-        Ok(self.decide(&log, now, cost).0)
+        Ok(self.decide(&log, state.latest(&log), now, cost).0)
     }
 
     fn is_idle(&self, state: &WindowLog, now: u64) -> bool {
         let log = state.log.lock();
-        let now = now.max(log.latest);
+        let now = now.max(state.latest(&log));
         // Entries are in time order: the log is empty at `now` when its
         // newest entry has left the window.
         log.entries
@@ -391,7 +533,7 @@ impl Algorithm for SlidingWindowLog {
         }
         // The mutex orders the refund with every check, as `check` argues.
         let mut log = state.log.lock();
-        self.advance(&mut log, now);
+        let dropped = self.advance(state, &mut log, now);
         let mut left = cost;
         while let Some(oldest) = log.entries.front_mut().filter(|_| left > 0) {
             let take = oldest.cost.min(left);
@@ -401,6 +543,9 @@ impl Algorithm for SlidingWindowLog {
                 log.entries.pop_front();
             }
             log.used -= take;
+        }
+        if dropped || left < cost {
+            state.publish(&mut log);
         }
         cost - left
     }
@@ -539,7 +684,7 @@ mod tests {
     #[cfg(target_pointer_width = "64")]
     #[test]
     fn documented_sizes() {
-        assert_eq!(size_of::<WindowLog>(), 56);
+        assert_eq!(size_of::<WindowLog>(), 88);
         assert_eq!(size_of::<Entry>(), 16);
     }
 
