@@ -88,14 +88,23 @@ use std::collections::VecDeque;
 /// dropped as expired at it stay dropped, so a step back can never reopen a
 /// window. The limit holds in every window of the recorded times.
 ///
-/// A denial taken without the lock (see the module docs) records its reading
-/// with a plain store, so two such denials racing on different threads may
-/// leave the earlier of their readings as the latest: a later admission on a
-/// clock that stepped back may then be recorded at that earlier reading. It
-/// is still no earlier than any reading that dropped an entry or admitted
-/// one, so no window reopens and the limit holds as above.
 /// `retry_after` and `reset_after` stay measured from the `now` given, so
 /// they include the step back.
+///
+/// Checks on different threads share the latest reading through a word
+/// raised with plain stores (denials without the lock read and write it;
+/// see the module docs), so two checks racing on different threads may
+/// leave the earlier of their readings there. A later check on a clock
+/// that stepped back may then be recorded at that earlier reading, or be
+/// denied without the lock where the lock holder would have dropped an
+/// entry: it is still no earlier than any reading that dropped an entry or
+/// admitted one (the lock holder keeps that reading itself), so no window
+/// reopens and the limit holds as above. A snapshot saves the latest
+/// reading of either kind.
+///
+/// The summary's sequence number has 32 bits: a reader would have to stall
+/// between its two reads of it across 2^31 publications (tens of seconds of
+/// admissions to one key) to take a torn summary for a whole one.
 ///
 /// # Extremes
 ///
@@ -171,9 +180,10 @@ struct Hint {
     oldest: AtomicU64,
     /// The newest entry's time.
     newest: AtomicU64,
-    /// The latest reading a denial without the lock has seen: it counts as
-    /// the log's latest reading too (see "Time going backwards"). Raised by
-    /// a plain store, outside the sequence lock.
+    /// The log's clock as checks see it: the latest reading any check has
+    /// seen, with or without the lock (see "Time going backwards"). Raised
+    /// by plain stores outside the sequence lock; the lock holder also
+    /// keeps its own `Log::latest`, which no racing store can lower.
     seen: AtomicU64,
 }
 
@@ -226,9 +236,10 @@ struct Log {
     entries: VecDeque<Entry>,
     /// The sum of the entries' costs: at most `limit`.
     used: u32,
-    /// The latest reading a check has seen (0 if none). Entries were
-    /// dropped as expired at this time, so an earlier reading counts as
-    /// this one: it must not see a window the log no longer holds.
+    /// The latest reading a check holding the lock has seen (0 if none).
+    /// Entries were dropped as expired at this time, so an earlier reading
+    /// counts as this one: it must not see a window the log no longer
+    /// holds. The log's clock is this or, if later, `Hint::seen`.
     latest: u64,
     /// The summary's sequence number as last published (only the lock
     /// holder writes the summary, so it keeps the number here).
@@ -315,7 +326,13 @@ impl SlidingWindowLog {
     /// Moves the log's clock to `now` (if later) and drops the entries that
     /// are out of the window at the result; whether it dropped any.
     fn advance(&self, state: &WindowLog, log: &mut Log, now: u64) -> bool {
-        log.latest = state.latest(log).max(now);
+        let seen = state.hint.seen.load(Ordering::Relaxed);
+        log.latest = log.latest.max(seen).max(now);
+        if log.latest > seen {
+            // The log's clock, for the expiry test of denials without the
+            // lock. Relaxed: see `Hint::seen`.
+            state.hint.seen.store(log.latest, Ordering::Relaxed);
+        }
         let mut dropped = false;
         while let Some(oldest) = log.entries.front() {
             if !self.expired(oldest.at, log.latest) {
@@ -356,11 +373,13 @@ impl SlidingWindowLog {
     /// request misses by exactly one unit, and the oldest entry is still in
     /// the window at `now`.
     ///
-    /// The locked path would drop no entry (entries are in time order and
-    /// the oldest stays; the log's clock is below the oldest entry's expiry,
-    /// which only ever moves later), keep `used`, and find the retry time at
-    /// the oldest entry, whose cost of at least 1 frees the missing unit: the
-    /// same decision, field for field.
+    /// The expiry test is made at the log's clock (`now`, or `seen` if
+    /// later), as the locked path makes it, with the period in force (which
+    /// an [`Adjustable`](super::Adjustable) log may have changed). The
+    /// locked path would then drop no entry (entries are in time order and
+    /// the oldest stays), keep `used`, and find the retry time at the oldest
+    /// entry, whose cost of at least 1 frees the missing unit: the same
+    /// decision, field for field.
     #[inline(always)]
     fn deny_without_lock(&self, state: &WindowLog, now: u64, cost: u32) -> Option<Decision> {
         let hint = &state.hint;
@@ -383,15 +402,17 @@ impl SlidingWindowLog {
         if seq_used & 1 << 32 != 0 || hint.seq_used.load(Ordering::Relaxed) != seq_used {
             return None;
         }
-        if self.expired(oldest, now.max(oldest)) {
+        // Relaxed: any value stored is some check's reading (see `seen`).
+        let seen = hint.seen.load(Ordering::Relaxed);
+        let at = now.max(seen);
+        if self.expired(oldest, at.max(oldest)) {
             return None;
         }
-        // The denial's reading becomes the log's latest if later (one no
-        // later than the newest entry's time is not: the log's clock is at
-        // least that). A plain store: Relaxed, racing denials may leave the
-        // earlier reading (see "Time going backwards" on the type); the
-        // summary's words do not depend on it.
-        if now > newest && now > hint.seen.load(Ordering::Relaxed) {
+        // The denial's reading becomes the log's clock if later. A plain
+        // store: Relaxed, racing checks may leave the earlier reading (see
+        // "Time going backwards" on the type); the summary's words do not
+        // depend on it.
+        if now > seen {
             hint.seen.store(now, Ordering::Relaxed);
         }
         let retry = self.until_expiry(oldest, now);
@@ -406,7 +427,8 @@ impl SlidingWindowLog {
     /// (u64) and cost (u32), little-endian, oldest first.
     pub(crate) fn save_log(&self, state: &WindowLog, out: &mut Vec<u8>) {
         let log = state.log.lock();
-        out.extend(log.latest.to_le_bytes());
+        // The log's clock, with the readings of denials without the lock.
+        out.extend(state.latest(&log).to_le_bytes());
         // At most `limit` entries, a u32.
         out.extend((log.entries.len() as u32).to_le_bytes());
         for entry in &log.entries {
@@ -661,6 +683,49 @@ mod tests {
         // A peek is read-only: it does not move the log's clock.
         assert!(swl.peek(&state, 5_000, 2).unwrap().is_allowed());
         assert!(!swl.check(&state, 1_350, 1).unwrap().is_allowed());
+    }
+
+    /// A period cut at run time (an `Adjustable` log) moves expiries
+    /// earlier: a denial without the lock must test expiry at the log's
+    /// clock, as the lock holder does, not at the request's own reading.
+    #[test]
+    fn a_shorter_period_after_a_step_back_expires_as_the_lock_holder_would() {
+        for reading_without_lock in [true, false] {
+            let (before, after) = (log(2, 100), log(2, 50));
+            let state = before.new_state();
+            assert!(before.check(&state, 0, 1).unwrap().is_allowed());
+            assert!(before.check(&state, 10, 1).unwrap().is_allowed());
+            // A denial at 95: of cost 1 without the lock, of cost 2 with it.
+            let cost = if reading_without_lock { 1 } else { 2 };
+            assert!(!before.check(&state, 95, cost).unwrap().is_allowed());
+            // The period becomes 50 and the clock steps back to 20: the
+            // log's clock is 95, where both entries have left.
+            let d = after.check(&state, 20, 1).unwrap();
+            assert!(d.is_allowed(), "{reading_without_lock}: {d:?}");
+            assert_eq!((d.remaining(), d.reset_after_nanos()), (1, 125));
+            assert_eq!(entries(&state), vec![(95, 1)]);
+        }
+    }
+
+    /// A snapshot keeps a denial's reading taken without the lock.
+    #[test]
+    fn a_snapshot_keeps_the_readings_of_denials_without_the_lock() {
+        let swl = log(3, 100);
+        let state = swl.new_state();
+        assert!(swl.check(&state, 0, 1).unwrap().is_allowed());
+        assert!(swl.check(&state, 10, 1).unwrap().is_allowed());
+        // 2 + 2 misses by one: denied from the summary, reading 95.
+        assert!(!swl.check(&state, 95, 2).unwrap().is_allowed());
+        let mut bytes = Vec::new();
+        swl.save_log(&state, &mut bytes);
+        let restored = swl.load_log(&bytes, 1_000, 1_000).unwrap();
+        for state in [&state, &restored] {
+            // A step back to 30 counts as 95.
+            let d = swl.check(state, 30, 1).unwrap();
+            assert!(d.is_allowed());
+            assert_eq!(d.reset_after_nanos(), 165);
+            assert!(!swl.check(state, 130, 3).unwrap().is_allowed());
+        }
     }
 
     #[test]
