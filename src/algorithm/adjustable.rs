@@ -95,9 +95,10 @@ impl Adjust for SlidingWindowLog {
 /// window counter and log, leaky bucket) keep their counts, so a key that
 /// used 90 of 100 and is moved to 50 is denied until it is back below 50,
 /// and a raised quota takes effect at once; the token bucket keeps its time
-/// to full (proportional use). The window algorithms keep their period
-/// ([`QuotaError::PeriodFixed`] otherwise) and are built with their widest
-/// state packing, so any later limit fits. A check racing the change
+/// to full (proportional use). The fixed window and the sliding window
+/// counter keep their period ([`QuotaError::PeriodFixed`] otherwise) and are
+/// built with their widest state packing, so any later limit fits; the
+/// sliding window log may change its period too. A check racing the change
 /// decides under either quota, whole.
 ///
 /// The widest packing leaves fewer bits for the window index than a fixed
