@@ -184,6 +184,8 @@ impl<C: Clock + Clone + 'static> OutboundLimiter<C> {
 }
 
 impl<C: Clock> OutboundLimiter<C> {
+    // The link names a `tokio` feature item.
+    #[cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
     /// A guard over `limits`, timing pauses and pacing on `clock` (a
     /// [`TokioClock`](crate::TokioClock) in tests under paused time).
     pub fn with_clock(limits: AllOf, clock: C) -> Self {

@@ -16,6 +16,8 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::Instant;
 
+// The docs link a `tokio` feature method.
+#[cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
 /// A [`KeyedRateLimiter`] that callers can wait on, per key: async
 /// [`until_key_ready`](KeyedPacer::until_key_ready) (feature `tokio`) and
 /// blocking [`wait_key`](KeyedPacer::wait_key), with deadlines and jitter.

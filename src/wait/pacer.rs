@@ -13,6 +13,8 @@ use crate::{Decision, RateLimiter};
 use std::any::TypeId;
 use std::time::Instant;
 
+// The docs link a `tokio` feature method.
+#[cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
 /// A [`RateLimiter`] that callers can wait on: async
 /// [`until_ready`](Pacer::until_ready) (feature `tokio`) and blocking
 /// [`wait`](Pacer::wait), with deadlines and jitter. Works with every
