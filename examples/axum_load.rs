@@ -7,12 +7,13 @@
 //! 127.0.0.1.
 //!
 //! ```sh
-//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS] [HEADERS] [UNLOADED]
+//! cargo run --release --example axum_load --features axum -- [SECS] [CONNS] [ROUNDS] [HEADERS] [UNLOADED] [CONTROL]
 //! ```
 //!
 //! Each phase runs SECS seconds (default 5) with CONNS kept-alive HTTP/1.1
 //! connections (default 32), the client and the server in one process on
 //! separate runtimes; the four phases alternate ROUNDS times (default 2),
+//! each pair in turn bare first, then layered first,
 //! the layer sending HEADERS (`default`, the layer's default: fields on
 //! 429s only, also spelt `denials`; `all`: every field on every response;
 //! `ietf`, `x`: only the IETF pair, only `x-ratelimit-*`, on every
@@ -23,6 +24,16 @@
 //! UNLOADED requests (default 20,000) on one connection, each when the
 //! previous answer has arrived, ROUNDS times each: the layer's latency
 //! without queueing (p50 / p99 / p99.9).
+//!
+//! CONTROL replaces the layered server's layer to check the harness
+//! itself: `layer` (default), `bare` (no layer on either server: an A/A
+//! comparison, whose ratios should be 0% give or take the noise),
+//! `identity` (tower's `Identity` layer: what any layer's frame costs in
+//! axum) or `idle` (rategate's layer with one rule that never applies: the
+//! layer's frame without a limit's check). Each phase also reports the
+//! whole process's CPU per request (client and servers together), and the
+//! run the servers' context switches: where throughput falls further than
+//! CPU per request rises, the cores were idle more, waiting.
 //!
 //! Then the layer alone is timed in-process, without sockets, per call;
 //! `axum_load in-process [CALLS] [bare|one|bare-token|two]
@@ -123,6 +134,44 @@ fn server_cpu_ns(prefix: &str) -> Option<u64> {
     Some(total)
 }
 
+/// Voluntary and involuntary context switches so far of this process's
+/// threads whose names start with `prefix`, from
+/// `/proc/self/task/<tid>/status`. `None` off Linux.
+fn context_switches(prefix: &str) -> Option<(u64, u64)> {
+    let (mut voluntary, mut involuntary) = (0, 0);
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            let count = |v: &str| v.trim().parse::<u64>().unwrap_or(0);
+            if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:") {
+                voluntary += count(v);
+            } else if let Some(v) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
+                involuntary += count(v);
+            }
+        }
+    }
+    Some((voluntary, involuntary))
+}
+
+/// A control for `idle`: the layer with one tier and one rule that never
+/// applies, so each request pays the layer's frame (the key extracted, the
+/// rules matched, the response future) but no limit's check.
+fn idle_layer(limiters: &Limiters) -> rategate::http::RateLimitLayer {
+    use rategate::http::{KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+    let never = Matcher::from_fn(|_| false);
+    RateLimitLayer::builder()
+        .tier(
+            Tier::new("all", KeyExtractor::global())
+                .rule(Rule::new("never", limiters.reads.clone()).when(never)),
+        )
+        .build()
+        .expect("one tier, one rule")
+}
+
 struct Outcome {
     requests: u64,
     statuses: [u64; 6],
@@ -130,6 +179,9 @@ struct Outcome {
     latencies_us: Vec<u32>,
     /// The server's CPU time over the phase, ns (all server threads).
     server_cpu_ns: Option<u64>,
+    /// The whole process's CPU time over the phase, ns (client and
+    /// servers; 10 ms ticks).
+    process_cpu_ns: Option<u64>,
 }
 
 impl Outcome {
@@ -144,6 +196,26 @@ impl Outcome {
             _ => f64::NAN,
         }
     }
+
+    /// The whole process's CPU µs per request: the server's and the
+    /// client's, which share the machine's cores.
+    fn process_cpu_us(&self) -> f64 {
+        match self.process_cpu_ns {
+            Some(ns) if self.requests > 0 => ns as f64 / 1e3 / self.requests as f64,
+            _ => f64::NAN,
+        }
+    }
+}
+
+/// This process's CPU time so far (every thread, ended ones included):
+/// `utime + stime` of `/proc/self/stat`, in clock ticks taken as 10 ms.
+/// `None` off Linux.
+fn process_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000)
 }
 
 /// Runs `conns` connections until `secs` pass or `limit` requests are sent;
@@ -167,6 +239,7 @@ fn load(
         .build()
         .unwrap();
     let cpu_before = server_cpu_ns("srv");
+    let process_before = process_cpu_ns();
     let mut outcome = rt.block_on(async move {
         let next = Arc::new(AtomicU64::new(0));
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -228,6 +301,7 @@ fn load(
             elapsed,
             latencies_us,
             server_cpu_ns: None,
+            process_cpu_ns: None,
         }
     });
     // Connections closed before the reading: the server's last work on
@@ -236,6 +310,9 @@ fn load(
     std::thread::sleep(Duration::from_millis(20));
     outcome.server_cpu_ns = cpu_before
         .zip(server_cpu_ns("srv"))
+        .map(|(before, after)| after.saturating_sub(before));
+    outcome.process_cpu_ns = process_before
+        .zip(process_cpu_ns())
         .map(|(before, after)| after.saturating_sub(before));
     outcome
 }
@@ -301,6 +378,8 @@ fn unloaded_pair(addrs: [SocketAddr; 2], count: u64, headers: Headers) -> [Outco
                 elapsed,
                 latencies_us,
                 server_cpu_ns: None,
+                // Both servers share the unloaded run: no split.
+                process_cpu_ns: None,
             }
         },
     );
@@ -328,12 +407,12 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
     sorted[at]
 }
 
-const HEADER: &str = "| phase | requests | requests/s | p50 µs | p99 µs | p99.9 µs | 2xx / 429 | server CPU µs/request |\n|---|---:|---:|---:|---:|---:|---:|---:|";
+const HEADER: &str = "| phase | requests | requests/s | p50 µs | p99 µs | p99.9 µs | 2xx / 429 | server CPU µs/request | process CPU µs/request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 fn report(name: &str, o: &Outcome) -> f64 {
     let rps = o.rps();
     println!(
-        "| {name} | {} | {:.0} | {} | {} | {} | {} / {} | {:.2} |",
+        "| {name} | {} | {:.0} | {} | {} | {} | {} / {} | {:.2} | {:.2} |",
         o.requests,
         rps,
         percentile(&o.latencies_us, 0.50),
@@ -342,6 +421,7 @@ fn report(name: &str, o: &Outcome) -> f64 {
         o.statuses[2],
         o.statuses[4],
         o.cpu_us(),
+        o.process_cpu_us(),
     );
     rps
 }
@@ -494,8 +574,13 @@ fn main() {
     let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
     let headers = args.next().unwrap_or_else(|| "default".to_string());
     let unloaded: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
+    let control = args.next().unwrap_or_else(|| "layer".to_string());
     // Fail on a bad choice before any phase runs.
     let _ = builder(&headers);
+    assert!(
+        ["layer", "bare", "identity", "idle"].contains(&control.as_str()),
+        "control {control:?}: layer, bare, identity or idle"
+    );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}\n"
     );
@@ -503,10 +588,15 @@ fn main() {
 
     let bare = serve(api::app(None), "srv-b");
     let limiters = Limiters::new(&generous());
-    let limited = serve(
-        api::app(Some(limiters.layer_from(builder(&headers)))),
-        "srv-l",
-    );
+    // The "layered" server: the layer, or a control in its place.
+    let layered = match control.as_str() {
+        "layer" => api::app(Some(limiters.layer_from(builder(&headers)))),
+        "bare" => api::app(None),
+        "identity" => api::app(None).layer(tower::layer::util::Identity::new()),
+        "idle" => api::app(Some(idle_layer(&limiters))),
+        other => unreachable!("checked above: {other}"),
+    };
+    let limited = serve(layered, "srv-l");
     // Phases alternate, ROUNDS times, so that a machine whose load drifts
     // (other work, thermal limits) weighs on every phase alike.
     // Without the layer, the signed-in phase's requests (an
@@ -530,20 +620,33 @@ fn main() {
     let mut per_round: Vec<Round> = Vec::new();
     for round in 1..=rounds {
         let mut this = [(0.0, 0.0); 4];
-        for (((total, pooled), mine), (name, addr, headers)) in totals
-            .iter_mut()
-            .zip(&mut saturated)
-            .zip(&mut this)
-            .zip(phases)
-        {
+        // Odd rounds run each pair bare first, even rounds layered first
+        // (A B, then B A): whatever a phase leaves behind for the next one
+        // (sockets closing, caches, the scheduler's state) falls on both
+        // sides alike.
+        let order: [usize; 4] = if round % 2 == 1 {
+            [0, 1, 2, 3]
+        } else {
+            [1, 0, 3, 2]
+        };
+        for i in order {
+            let (name, addr, headers) = phases[i];
             let outcome = load(addr, conns, secs, u64::MAX, "/v1/charges", headers, None);
-            *total += report(&format!("{name} (round {round})"), &outcome);
-            pooled.add(&outcome);
-            *mine = (outcome.rps(), outcome.cpu_us());
+            totals[i] += report(&format!("{name} (round {round})"), &outcome);
+            saturated[i].add(&outcome);
+            this[i] = (outcome.rps(), outcome.cpu_us());
         }
         per_round.push(this);
     }
     let [base, one, base_token, two] = totals;
+    for (label, prefix) in [("no layer", "srv-b"), ("layered", "srv-l")] {
+        if let Some((voluntary, involuntary)) = context_switches(prefix) {
+            println!(
+                "Context switches of the {label} server's threads so far: {voluntary} voluntary \
+                 (waiting for work), {involuntary} involuntary (preempted)"
+            );
+        }
+    }
 
     let million = load(
         limited,
