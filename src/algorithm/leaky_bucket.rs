@@ -65,6 +65,9 @@ use crate::{CheckError, Decision, Delay, Quota, QuotaError};
 const NANOS_PER_MS: u64 = 1_000_000;
 /// Thousandths of a request per request.
 const UNIT: u64 = 1_000;
+/// A decision's `remaining` is its room in thousandths divided by this,
+/// when asked: the check itself does not divide.
+const PER_UNIT: Divisor = Divisor::new(UNIT);
 /// Low bits of the state word: the excess, in thousandths.
 const EXCESS_BITS: u32 = 23;
 const EXCESS_MASK: u64 = (1 << EXCESS_BITS) - 1;
@@ -290,8 +293,9 @@ impl LeakyBucket {
             } else {
                 level
             };
-            let remaining = (self.burst as i64 - level_after) as u64 / UNIT;
-            let decision = Decision::allow(self.capacity, remaining as u32, self.reset(after, now));
+            // `remaining` is this room in whole requests, divided when asked.
+            let room = (self.burst as i64 - level_after) as u64;
+            let decision = Decision::allow_per(self.capacity, room, PER_UNIT, self.reset(after, now));
             let over = excess.saturating_sub(self.delay);
             // No division for a request that is not delayed (nodelay mode,
             // or within the delay allowance).
@@ -311,14 +315,15 @@ impl LeakyBucket {
                 excess: 0,
                 last_ms: now_ms,
             });
-            let remaining = (self.burst as i64 - level).max(0) as u64 / UNIT;
+            let room = (self.burst as i64 - level).max(0) as u64;
             // It passes once the drain since `last` has removed what the
             // cost overshoots by.
             let over = (slot.excess + UNIT * u64::from(cost)).saturating_sub(self.burst);
             let retry = until_ms(slot.last_ms + self.drain_ms(over), now);
-            let decision = Decision::deny(
+            let decision = Decision::deny_per(
                 self.capacity,
-                remaining as u32,
+                room,
+                PER_UNIT,
                 self.reset(Some(slot), now),
                 retry,
             );

@@ -124,8 +124,8 @@ impl Divisor {
     pub(crate) const ONE: Divisor = Divisor { d: 1, m: u64::MAX };
 
     /// `d` must be at least 1 (callers validate it at construction).
-    pub(crate) fn new(d: u64) -> Divisor {
-        let d = d.max(1);
+    pub(crate) const fn new(d: u64) -> Divisor {
+        let d = if d == 0 { 1 } else { d };
         Divisor { d, m: u64::MAX / d }
     }
 
