@@ -59,6 +59,13 @@ const PAIRS: [(&str, &str); 4] = [
 
 fn allowed<A: Algorithm + 'static>() -> Body {
     let limiter = RateLimiter::<A>::new(allow_quota::<A>()).expect("allow quota");
+    // As the criterion suites: a path whose trial run is denied is not the
+    // allowed path (a few stale readings after a preemption are tolerated).
+    let denied = common::denials(100_000, || limiter.check().is_allowed());
+    assert!(
+        common::on_allowed_path(std::any::type_name::<A>(), denied, 100_000),
+        "not on the allowed path"
+    );
     Box::new(move |calls| {
         for _ in 0..calls {
             black_box(limiter.check());
@@ -78,9 +85,7 @@ fn denied<A: Algorithm + 'static>() -> Body {
 }
 
 fn keyed(keys: u64) -> Body {
-    let limiter = KeyedRateLimiter::<u64, TokenBucket>::builder(allow_quota::<TokenBucket>())
-        .max_keys(usize::MAX)
-        .build()
+    let limiter = KeyedRateLimiter::<u64, TokenBucket>::new(allow_quota::<TokenBucket>())
         .expect("keyed limiter");
     for key in 0..keys {
         assert!(limiter.check(&key).is_allowed());
@@ -170,7 +175,11 @@ fn body(path: &str) -> Option<Body> {
 fn main() {
     let mut args = std::env::args().skip(1);
     let paths = args.next().unwrap_or_else(|| ALL.to_string());
-    let trials: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
+    let trials: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(100)
+        .max(1);
     let calls: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let mut bodies: Vec<(String, Body, Vec<f64>)> = paths
         .split(',')
@@ -192,7 +201,9 @@ fn main() {
     let mut minima = Vec::new();
     for (name, _, times) in &mut bodies {
         times.sort_by(f64::total_cmp);
-        let (min, median) = (times[0], times[times.len() / 2]);
+        let n = times.len();
+        let median = (times[(n - 1) / 2] + times[n / 2]) / 2.0;
+        let min = times[0];
         println!("| {name} | {min:.1} | {median:.1} |");
         minima.push((name.clone(), min));
     }

@@ -295,7 +295,8 @@ impl LeakyBucket {
             };
             // `remaining` is this room in whole requests, divided when asked.
             let room = (self.burst as i64 - level_after) as u64;
-            let decision = Decision::allow_per(self.capacity, room, PER_UNIT, self.reset(after, now));
+            let decision =
+                Decision::allow_per(self.capacity, room, PER_UNIT, self.reset(after, now));
             let over = excess.saturating_sub(self.delay);
             // No division for a request that is not delayed (nodelay mode,
             // or within the delay allowance).
