@@ -26,6 +26,11 @@
 //! previous answer has arrived, ROUNDS times each: the layer's latency
 //! without queueing (p50 / p99 / p99.9).
 //!
+//! With `PIN=SERVER_CPU,CLIENT_CPU` in the environment (`PIN=0,1`), every
+//! server thread is bound to one CPU and every client thread to another,
+//! so the server saturates its own core instead of sharing both with the
+//! load generator.
+//!
 //! CONTROL replaces the layered server's layer to check the harness
 //! itself: `layer` (default), `bare` (no layer on either server: an A/A
 //! comparison, whose ratios should be 0% give or take the noise),
@@ -73,6 +78,49 @@ fn generous() -> Quotas {
     }
 }
 
+/// Which side of the load test a thread belongs to, for [`pin`].
+#[derive(Clone, Copy)]
+enum Side {
+    Server,
+    Client,
+}
+
+/// With `PIN=SERVER_CPU,CLIENT_CPU` in the environment (`PIN=0,1`), binds
+/// the calling thread to the server's or the client's CPU, so that the
+/// servers and the load generator do not share a core and the server,
+/// alone on its core, is what saturates. Without it (the default), the
+/// scheduler places every thread. Linux only; elsewhere a no-op.
+fn pin(side: Side) {
+    let Ok(spec) = std::env::var("PIN") else {
+        return;
+    };
+    let cpus: Vec<usize> = spec
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let [server, client] = cpus[..] else {
+        panic!("PIN={spec:?}: give SERVER_CPU,CLIENT_CPU, e.g. PIN=0,1");
+    };
+    let cpu = match side {
+        Side::Server => server,
+        Side::Client => client,
+    };
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `set` is a plain bit mask on the stack, initialised by
+        // CPU_ZERO before use; pid 0 is the calling thread.
+        let ok = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_ZERO(&mut set);
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        assert!(ok, "PIN: cannot bind a thread to CPU {cpu}");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cpu;
+}
+
 /// Serves `router` on a runtime of its own whose threads are all named
 /// `name...` (`srv-b`, `srv-l`: a `srv` prefix), so that [`server_cpu_ns`]
 /// can tell them from the client's and from the other server's.
@@ -81,9 +129,11 @@ fn serve(router: Router, name: &'static str) -> SocketAddr {
     let spawned = std::thread::Builder::new().name(format!("{name}-accept"));
     let _server = spawned
         .spawn(move || {
+            pin(Side::Server);
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name(name)
+                .on_thread_start(|| pin(Side::Server))
                 .enable_all()
                 .build()
                 .unwrap();
@@ -234,8 +284,10 @@ fn load(
     rate: Option<f64>,
 ) -> Outcome {
     let gap = rate.map(|r| Duration::from_secs_f64(conns as f64 / r));
+    pin(Side::Client);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .on_thread_start(|| pin(Side::Client))
         .enable_all()
         .build()
         .unwrap();
