@@ -26,7 +26,8 @@
 //! previous answer has arrived, ROUNDS times each: the layer's latency
 //! without queueing (p50 / p99 / p99.9).
 //!
-//! With `PIN=SERVER_CPU,CLIENT_CPU` in the environment (`PIN=0,1`), every
+//! `SERVER_WORKERS=N` in the environment sets each server's tokio worker
+//! threads (default 2). With `PIN=SERVER_CPU,CLIENT_CPU` in the environment (`PIN=0,1`), every
 //! server thread is bound to one CPU and every client thread to another,
 //! so the server saturates its own core instead of sharing both with the
 //! load generator.
@@ -76,6 +77,17 @@ fn generous() -> Quotas {
         anonymous_points: huge,
         max_keys: 100_000,
     }
+}
+
+/// Worker threads per server runtime: `SERVER_WORKERS` in the
+/// environment, else 2 (one per vCPU of the development VM, which the
+/// load generator's thread then shares with them).
+fn server_workers() -> usize {
+    std::env::var("SERVER_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(2)
 }
 
 /// Which side of the load test a thread belongs to, for [`pin`].
@@ -131,7 +143,7 @@ fn serve(router: Router, name: &'static str) -> SocketAddr {
         .spawn(move || {
             pin(Side::Server);
             let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(server_workers())
                 .thread_name(name)
                 .on_thread_start(|| pin(Side::Server))
                 .enable_all()
@@ -636,7 +648,9 @@ fn main() {
     );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}, \
-         layered server: {control}\n"
+         layered server: {control}, {} worker thread(s) per server{}\n",
+        server_workers(),
+        std::env::var("PIN").map_or(String::new(), |p| format!(", PIN={p}")),
     );
     if control != "layer" {
         println!(
