@@ -49,11 +49,22 @@ use std::time::Duration;
 /// bucket's `remaining` is a division (room left / emission interval), done
 /// by [`remaining`](Decision::remaining) rather than by the check, so a
 /// caller that only asks [`is_allowed`](Decision::is_allowed) never pays for
-/// it. Every accessor returns the same value whenever it is called, and two
-/// decisions are equal when every accessor agrees.
+/// it; likewise a leaky bucket's denial leaves its retry and reset times
+/// (two divisions by the drain rate) to
+/// [`retry_after`](Decision::retry_after) and
+/// [`reset_after`](Decision::reset_after). Every accessor returns the same
+/// value whenever it is called, and two decisions are equal when every
+/// accessor agrees.
 #[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
+    /// A leaky bucket's denial whose times are computed when asked: then
+    /// `room` holds the room in thousandths (low 32 bits) and the cost
+    /// less the burst in thousandths (high 32 bits, an `i32`), `per` the
+    /// drain rate, `reset_after` the check's reading and `wait` the slot
+    /// word it was denied on (see
+    /// [`leaky_denial_times`](crate::algorithm::leaky_denial_times)).
+    leaky: bool,
     limit: u32,
     /// `remaining` before the division by `per`: nanoseconds of room for the
     /// token bucket, a count (with `per` one) for the others. The quotient
@@ -79,6 +90,7 @@ impl Decision {
     pub(crate) fn allow_per(limit: u32, room: u64, per: Divisor, reset_after: u64) -> Decision {
         Decision {
             allowed: true,
+            leaky: false,
             limit,
             room,
             per,
@@ -110,12 +122,50 @@ impl Decision {
     ) -> Decision {
         Decision {
             allowed: false,
+            leaky: false,
             limit,
             room,
             per,
             reset_after,
             wait: retry_after,
         }
+    }
+
+    /// A leaky bucket's denial: `room` in thousandths, `shift` the cost
+    /// less the burst in thousandths, `word` the slot denied on, `now` the
+    /// reading, `per_rate` the drain rate. `remaining`, `reset_after` and
+    /// `retry_after` are derived when asked, with the values the check
+    /// itself would have computed.
+    #[inline]
+    pub(crate) fn deny_leaky(
+        limit: u32,
+        room: u64,
+        shift: i32,
+        word: u64,
+        now: u64,
+        per_rate: Divisor,
+    ) -> Decision {
+        Decision {
+            allowed: false,
+            leaky: true,
+            limit,
+            // room < 2^24 (at most the burst in thousandths).
+            room: (u64::from(shift as u32) << 32) | room,
+            per: per_rate,
+            reset_after: now,
+            wait: word,
+        }
+    }
+
+    /// A leaky denial's `(reset_after, retry_after)`.
+    #[inline]
+    fn leaky_times(&self) -> (u64, u64) {
+        crate::algorithm::leaky_denial_times(
+            self.wait,
+            (self.room >> 32) as u32 as i32,
+            self.reset_after,
+            self.per,
+        )
     }
 
     /// A decision from its fields, as a Redis script returns them.
@@ -130,6 +180,7 @@ impl Decision {
     ) -> Decision {
         Decision {
             allowed,
+            leaky: false,
             limit,
             room: u64::from(remaining),
             per: Divisor::ONE,
@@ -156,7 +207,7 @@ impl Decision {
             self.allowed,
             self.limit,
             self.remaining(),
-            self.reset_after,
+            self.reset_after_nanos(),
             self.retry_after_nanos(),
             self.delay_nanos(),
         )
@@ -177,6 +228,10 @@ impl Decision {
     /// Requests of cost 1 that could pass right after this decision.
     #[inline]
     pub fn remaining(&self) -> u32 {
+        if self.leaky {
+            // Thousandths of a request, in the low 32 bits.
+            return (self.room as u32) / 1_000;
+        }
         // At most `limit` by construction; saturate rather than wrap if an
         // algorithm ever broke that.
         u32::try_from(self.per.divide(self.room)).unwrap_or(u32::MAX)
@@ -185,12 +240,15 @@ impl Decision {
     /// Time until the limiter is as if this key had never been seen.
     #[inline]
     pub fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.reset_after)
+        Duration::from_nanos(self.reset_after_nanos())
     }
 
     /// [`reset_after`](Decision::reset_after) in nanoseconds.
     #[inline]
     pub fn reset_after_nanos(&self) -> u64 {
+        if self.leaky {
+            return self.leaky_times().0;
+        }
         self.reset_after
     }
 
@@ -204,7 +262,13 @@ impl Decision {
     /// [`retry_after`](Decision::retry_after) in nanoseconds.
     #[inline]
     pub fn retry_after_nanos(&self) -> u64 {
-        if self.allowed { 0 } else { self.wait }
+        if self.allowed {
+            0
+        } else if self.leaky {
+            self.leaky_times().1
+        } else {
+            self.wait
+        }
     }
 
     /// How long an admitted request must wait before proceeding (the leaky
@@ -227,13 +291,13 @@ impl Decision {
         if self.allowed {
             0
         } else {
-            self.wait.div_ceil(1_000_000_000).max(1)
+            self.retry_after_nanos().div_ceil(1_000_000_000).max(1)
         }
     }
 
     /// `x-ratelimit-reset` in whole seconds from now, rounded up.
     pub fn reset_after_secs(&self) -> u64 {
-        self.reset_after.div_ceil(1_000_000_000)
+        self.reset_after_nanos().div_ceil(1_000_000_000)
     }
 
     /// The response headers for this decision, with lower-case names (as
@@ -306,7 +370,7 @@ impl fmt::Debug for Decision {
             .field("allowed", &self.allowed)
             .field("limit", &self.limit)
             .field("remaining", &self.remaining())
-            .field("reset_after", &self.reset_after)
+            .field("reset_after", &self.reset_after_nanos())
             .field("retry_after", &self.retry_after_nanos())
             .field("delay", &self.delay_nanos())
             .finish()

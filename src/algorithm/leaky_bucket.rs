@@ -222,15 +222,6 @@ impl LeakyBucket {
     /// ```
     pub const MAX_BURST: u32 = (EXCESS_MASK / UNIT) as u32;
 
-    /// The smallest `ms` after which the drain has removed at least `amount`
-    /// thousandths: `rate * ms / 1000 >= amount` (the division truncates, as
-    /// nginx's does).
-    #[inline]
-    fn drain_ms(&self, amount: u64) -> u64 {
-        // amount <= excess + 1000 * cost < 2^25: the product is small.
-        self.per_rate.divide_ceil(amount * UNIT)
-    }
-
     /// A state word saved at `then`, restored at `now` (see
     /// [`Snapshot`](crate::snapshot::Snapshot)): `last` moves with the clock,
     /// rounded up to a whole millisecond (less drain, never more).
@@ -317,16 +308,20 @@ impl LeakyBucket {
                 last_ms: now_ms,
             });
             let room = (self.burst as i64 - level).max(0) as u64;
-            // It passes once the drain since `last` has removed what the
-            // cost overshoots by.
-            let over = (slot.excess + UNIT * u64::from(cost)).saturating_sub(self.burst);
-            let retry = until_ms(slot.last_ms + self.drain_ms(over), now);
-            let decision = Decision::deny_per(
+            // The retry and reset times (two divisions by the rate and two
+            // conversions from milliseconds) are left to the accessors,
+            // which compute them from what is stored here with
+            // [`denial_times`]: a flood of denials does not pay for them.
+            // `UNIT * cost - burst` fits an i32: cost <= MAX_BURST + 1 and
+            // burst <= 1000 * MAX_BURST, both below 2^24.
+            let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
+            let decision = Decision::deny_leaky(
                 self.capacity,
                 room,
-                PER_UNIT,
-                self.reset(Some(slot), now),
-                retry,
+                shift as i32,
+                slot.pack(),
+                now,
+                self.per_rate,
             );
             (decision, word)
         }
@@ -338,9 +333,38 @@ impl LeakyBucket {
     #[inline]
     fn reset(&self, slot: Option<Slot>, now: u64) -> u64 {
         slot.map_or(0, |s| {
-            until_ms(s.last_ms + self.drain_ms(s.excess + UNIT), now)
+            until_ms(s.last_ms + drain_ms(self.per_rate, s.excess + UNIT), now)
         })
     }
+}
+
+/// The smallest `ms` after which a drain at `per_rate` has removed at least
+/// `amount` thousandths: `rate * ms / 1000 >= amount` (the division
+/// truncates, as nginx's does).
+#[inline]
+fn drain_ms(per_rate: Divisor, amount: u64) -> u64 {
+    // amount <= excess + 1000 * cost < 2^25: the product is small.
+    per_rate.divide_ceil(amount * UNIT)
+}
+
+/// A denial's `(reset_after, retry_after)` in nanoseconds, from what the
+/// check stored in its [`Decision`]: the slot `word` it was denied on, the
+/// cost less the burst in thousandths (`shift`), the reading `now` and the
+/// drain rate. The same values the check computed before it left them to
+/// the accessors: the reset is when the slot (and the request in service)
+/// has drained, the retry when the drain since `last` has removed what the
+/// cost overshoots by.
+pub(crate) fn denial_times(word: u64, shift: i32, now: u64, per_rate: Divisor) -> (u64, u64) {
+    // A denial's word is a known key's (the check packs a slot).
+    let slot = Slot::unpack(word).unwrap_or(Slot {
+        excess: 0,
+        last_ms: (now / NANOS_PER_MS).min(MAX_MS),
+    });
+    let reset = until_ms(slot.last_ms + drain_ms(per_rate, slot.excess + UNIT), now);
+    // excess + 1000 * cost - burst, floored at zero.
+    let over = (slot.excess as i64 + i64::from(shift)).max(0) as u64;
+    let retry = until_ms(slot.last_ms + drain_ms(per_rate, over), now);
+    (reset, retry)
 }
 
 impl super::DecideWord for LeakyBucket {
@@ -410,7 +434,7 @@ impl Algorithm for LeakyBucket {
         // excludes concurrent checks of it.
         Slot::unpack(state.load(Ordering::Relaxed)).is_none_or(|slot| {
             let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
-            now_ms.saturating_sub(slot.last_ms) >= self.drain_ms(slot.excess + UNIT)
+            now_ms.saturating_sub(slot.last_ms) >= drain_ms(self.per_rate, slot.excess + UNIT)
         })
     }
 

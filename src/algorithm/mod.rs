@@ -20,6 +20,7 @@ pub use adjustable::{Adjust, Adjustable};
 pub use any::{AlgorithmError, AlgorithmKind, AnyAlgorithm, AnyState, UnknownAlgorithm};
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
+pub(crate) use leaky_bucket::denial_times as leaky_denial_times;
 pub use sharded::{Sharded, ShardedState, Splittable};
 pub use sliding_window_counter::SlidingWindowCounter;
 pub use sliding_window_log::{SlidingWindowLog, WindowLog};
