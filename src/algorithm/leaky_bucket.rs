@@ -486,6 +486,66 @@ mod tests {
         Slot::unpack(state.load(Ordering::Relaxed))
     }
 
+    /// A denial's times, derived when asked from what the decision keeps,
+    /// equal the direct formulas at the packing's extremes: the largest
+    /// burst and the slowest and fastest rates, a cost of one and of the
+    /// whole capacity, an empty and a full excess, `last` at 0 and at the
+    /// last millisecond the word holds, `now` before and far after it.
+    #[test]
+    fn a_denials_deferred_times_equal_the_direct_formulas() {
+        let quotas = [
+            format!("1/1000s burst={}", LeakyBucket::MAX_BURST),
+            format!("1/1ns burst={}", LeakyBucket::MAX_BURST),
+            "10r/s".to_string(),
+            "100r/m burst=7".to_string(),
+        ];
+        for quota in &quotas {
+            let lb = bucket(quota);
+            for cost in [1, lb.capacity] {
+                for excess in [0, 1, lb.burst / 2, lb.burst, EXCESS_MASK] {
+                    for last_ms in [0, 1, 12_345, MAX_MS] {
+                        for now in [0, last_ms * MS, last_ms * MS + 999_999, u64::MAX] {
+                            let slot = Slot { excess, last_ms };
+                            let over = (excess + UNIT * u64::from(cost)).saturating_sub(lb.burst);
+                            let want = (
+                                until_ms(last_ms + drain_ms(lb.per_rate, excess + UNIT), now),
+                                until_ms(last_ms + drain_ms(lb.per_rate, over), now),
+                            );
+                            let room = lb.burst.saturating_sub(excess);
+                            let shift = (UNIT * u64::from(cost)) as i64 - lb.burst as i64;
+                            let d = Decision::deny_leaky(
+                                lb.capacity,
+                                room,
+                                shift as i32,
+                                slot.pack(),
+                                now,
+                                lb.per_rate,
+                            );
+                            let case = format!("{quota} cost {cost} {slot:?} now {now}");
+                            assert_eq!(
+                                denial_times(slot.pack(), shift as i32, now, lb.per_rate),
+                                want,
+                                "{case}"
+                            );
+                            assert_eq!(
+                                (d.reset_after_nanos(), d.retry_after_nanos()),
+                                want,
+                                "{case}"
+                            );
+                            assert_eq!(d.remaining(), (room / UNIT) as u32, "{case}");
+                            assert_eq!(
+                                d.retry_after_secs(),
+                                want.1.div_ceil(1_000_000_000).max(1),
+                                "{case}"
+                            );
+                            assert!(!d.is_allowed() && d.delay_nanos() == 0, "{case}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn rates_match_nginx_units() {
         assert_eq!(bucket("10r/s").rate, 10_000);
