@@ -182,16 +182,7 @@ fn server_cpu_ns(prefix: &str) -> Option<u64> {
         let from_schedstat = std::fs::read_to_string(dir.join("schedstat"))
             .ok()
             .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
-        let ns = from_schedstat.or_else(|| {
-            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-            // Fields after the parenthesised name: state is field 3,
-            // utime 14 and stime 15.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let ticks =
-                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-            Some(ticks * 10_000_000)
-        });
+        let ns = from_schedstat.or_else(|| stat_cpu_ns(&dir.join("stat")));
         total += ns.unwrap_or(0);
     }
     Some(total)
@@ -270,11 +261,18 @@ impl Outcome {
     }
 }
 
-/// This process's CPU time so far (every thread, ended ones included):
-/// `utime + stime` of `/proc/self/stat`, in clock ticks taken as 10 ms.
+/// This process's CPU time so far (every thread, ended ones included).
 /// `None` off Linux.
 fn process_cpu_ns() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stat_cpu_ns(std::path::Path::new("/proc/self/stat"))
+}
+
+/// `utime + stime` of a `/proc/.../stat` file (a process's or a thread's),
+/// in clock ticks taken as 10 ms.
+fn stat_cpu_ns(path: &std::path::Path) -> Option<u64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the parenthesised name: state is field 3, utime 14 and
+    // stime 15.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;

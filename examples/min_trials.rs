@@ -57,6 +57,16 @@ const PAIRS: [(&str, &str); 4] = [
     ("keyed1k", "gkeyed1k"),
 ];
 
+/// A body that calls `check` `calls` times, each result through
+/// `black_box` whole.
+fn looped<R>(mut check: impl FnMut() -> R + 'static) -> Body {
+    Box::new(move |calls| {
+        for _ in 0..calls {
+            black_box(check());
+        }
+    })
+}
+
 fn allowed<A: Algorithm + 'static>() -> Body {
     let limiter = RateLimiter::<A>::new(allow_quota::<A>()).expect("allow quota");
     // As the criterion suites: a path whose trial run is denied is not the
@@ -66,22 +76,14 @@ fn allowed<A: Algorithm + 'static>() -> Body {
         common::on_allowed_path(std::any::type_name::<A>(), denied, 100_000),
         "not on the allowed path"
     );
-    Box::new(move |calls| {
-        for _ in 0..calls {
-            black_box(limiter.check());
-        }
-    })
+    looped(move || limiter.check())
 }
 
 fn denied<A: Algorithm + 'static>() -> Body {
     let limiter = RateLimiter::<A>::new(deny_quota()).expect("deny quota");
     assert!(limiter.check().is_allowed());
     assert!(!limiter.check().is_allowed());
-    Box::new(move |calls| {
-        for _ in 0..calls {
-            black_box(limiter.check());
-        }
-    })
+    looped(move || limiter.check())
 }
 
 fn keyed(keys: u64) -> Body {
@@ -91,11 +93,7 @@ fn keyed(keys: u64) -> Body {
         assert!(limiter.check(&key).is_allowed());
     }
     let mut rng = KeyRng::new(1);
-    Box::new(move |calls| {
-        for _ in 0..calls {
-            black_box(limiter.check(&rng.below(keys)));
-        }
-    })
+    looped(move || limiter.check(&rng.below(keys)))
 }
 
 fn governor_keyed(keys: u64) -> Body {
@@ -104,11 +102,7 @@ fn governor_keyed(keys: u64) -> Body {
         assert!(limiter.check_key(&key).is_ok());
     }
     let mut rng = KeyRng::new(1);
-    Box::new(move |calls| {
-        for _ in 0..calls {
-            let _ = black_box(limiter.check_key(&rng.below(keys)));
-        }
-    })
+    looped(move || limiter.check_key(&rng.below(keys)))
 }
 
 fn body(path: &str) -> Option<Body> {
@@ -119,11 +113,7 @@ fn body(path: &str) -> Option<Body> {
         "swlallow" => allowed::<SlidingWindowLog>(),
         "gallow" => {
             let limiter = governor::RateLimiter::direct(governor_allow_quota());
-            Box::new(move |calls| {
-                for _ in 0..calls {
-                    let _ = black_box(limiter.check());
-                }
-            })
+            looped(move || limiter.check())
         }
         "deny" => denied::<TokenBucket>(),
         "fwdeny" => denied::<FixedWindow>(),
@@ -133,11 +123,7 @@ fn body(path: &str) -> Option<Body> {
         "gdeny" => {
             let limiter = governor::RateLimiter::direct(governor_deny_quota());
             assert!(limiter.check().is_ok());
-            Box::new(move |calls| {
-                for _ in 0..calls {
-                    let _ = black_box(limiter.check());
-                }
-            })
+            looped(move || limiter.check())
         }
         "keyed" => keyed(1_000_000),
         "gkeyed" => governor_keyed(1_000_000),
@@ -145,27 +131,16 @@ fn body(path: &str) -> Option<Body> {
         "gkeyed1k" => governor_keyed(1_000),
         "clock" => {
             let clock = QuantaClock::new();
-            Box::new(move |calls| {
-                for _ in 0..calls {
-                    black_box(clock.now());
-                }
-            })
+            looped(move || clock.now())
         }
         "clockcas" => {
             let clock = QuantaClock::new();
             let word = AtomicU64::new(0);
-            Box::new(move |calls| {
-                for _ in 0..calls {
-                    let now = clock.now();
-                    // Relaxed: a lone word, as the limiters' state words.
-                    let old = word.load(Ordering::Relaxed);
-                    let _ = black_box(word.compare_exchange(
-                        old,
-                        now,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ));
-                }
+            looped(move || {
+                let now = clock.now();
+                // Relaxed: a lone word, as the limiters' state words.
+                let old = word.load(Ordering::Relaxed);
+                word.compare_exchange(old, now, Ordering::Relaxed, Ordering::Relaxed)
             })
         }
         _ => return None,

