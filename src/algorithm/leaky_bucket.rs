@@ -301,12 +301,9 @@ impl LeakyBucket {
                 record.unwrap_or(word),
             )
         } else {
-            // Only a known key can be denied: a new key's first request
-            // leaves at most 1000 * (capacity - 1) = burst.
-            let slot = stored.unwrap_or(Slot {
-                excess: 0,
-                last_ms: now_ms,
-            });
+            // Only a known key can be denied (a new key's first request
+            // leaves at most 1000 * (capacity - 1) = burst), so `word` is a
+            // slot's; `denial_times` reads a 0 as a fresh slot at `now`.
             let room = (self.burst as i64 - level).max(0) as u64;
             // The retry and reset times (two divisions by the rate and two
             // conversions from milliseconds) are left to the accessors,
@@ -318,14 +315,8 @@ impl LeakyBucket {
             // the excess and the floor at zero to the accessor too (storing
             // the overshoot measured 0.5 ns slower on the denial).
             let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
-            let decision = Decision::deny_leaky(
-                self.capacity,
-                room,
-                shift as i32,
-                slot.pack(),
-                now,
-                self.per_rate,
-            );
+            let decision =
+                Decision::deny_leaky(self.capacity, room, shift as i32, word, now, self.per_rate);
             (decision, word)
         }
     }
@@ -358,7 +349,8 @@ fn drain_ms(per_rate: Divisor, amount: u64) -> u64 {
 /// has drained, the retry when the drain since `last` has removed what the
 /// cost overshoots by.
 pub(crate) fn denial_times(word: u64, shift: i32, now: u64, per_rate: Divisor) -> (u64, u64) {
-    // A denial's word is a known key's (the check packs a slot).
+    // A denial's word is a known key's; a 0 (never seen) is the fresh slot
+    // the check would have started at `now`.
     let slot = Slot::unpack(word).unwrap_or(Slot {
         excess: 0,
         last_ms: (now / NANOS_PER_MS).min(MAX_MS),
