@@ -26,6 +26,13 @@
 //! previous answer has arrived, ROUNDS times each: the layer's latency
 //! without queueing (p50 / p99 / p99.9).
 //!
+//! `CLIENT=raw` in the environment makes the saturation phases' load
+//! generator write each request as bytes and read each response by its
+//! `content-length`, instead of going through hyper's client: much less
+//! work per request on the generator's side, so that with `PIN` (below)
+//! the server's core is the one that saturates, as with `wrk` on a core
+//! of its own. The unloaded phases always use hyper's client.
+//!
 //! `SERVER_WORKERS=N` in the environment sets each server's tokio worker
 //! threads (default 2). With `PIN=SERVER_CPU,CLIENT_CPU` in the environment (`PIN=0,1`), every
 //! server thread is bound to one CPU and every client thread to another,
@@ -37,7 +44,12 @@
 //! comparison, whose ratios should be 0% give or take the noise),
 //! `identity` (tower's `Identity` layer: what any layer's frame costs in
 //! axum) or `idle` (rategate's layer with one rule that never applies: the
-//! layer's frame without a limit's check). Each phase also reports the
+//! layer's frame without a limit's check), `spin` (a layer that only
+//! busy-waits `SPIN_NS` nanoseconds per request, default 150, about the
+//! layer's in-process cost, touching nothing shared: what that much
+//! private work per request costs under this load) or `shared` (a layer
+//! that only adds one to an atomic every server thread shares: what one
+//! contended cache line per request costs). Each phase also reports the
 //! whole process's CPU per request (client and servers together), and the
 //! run the servers' context switches: where throughput falls further than
 //! CPU per request rises, the cores were idle more, waiting.
@@ -226,6 +238,40 @@ fn idle_layer(limiters: &Limiters) -> rategate::http::RateLimitLayer {
         .expect("one tier, one rule")
 }
 
+/// Nanoseconds the `spin` control busy-waits per request: `SPIN_NS` in
+/// the environment, else 150.
+fn spin_ns() -> u64 {
+    std::env::var("SPIN_NS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150)
+}
+
+/// The `spin` control: `ns` nanoseconds of private work per request.
+fn spin_layer<B>(
+    ns: u64,
+) -> tower::util::MapRequestLayer<impl Fn(Request<B>) -> Request<B> + Clone> {
+    let ns = Duration::from_nanos(ns);
+    tower::util::MapRequestLayer::new(move |request| {
+        let start = Instant::now();
+        while start.elapsed() < ns {
+            std::hint::spin_loop();
+        }
+        request
+    })
+}
+
+/// The `shared` control: one add to a counter every server thread writes.
+fn shared_layer<B>() -> tower::util::MapRequestLayer<impl Fn(Request<B>) -> Request<B> + Clone> {
+    let counter = Arc::new(AtomicU64::new(0));
+    tower::util::MapRequestLayer::new(move |request| {
+        // Relaxed: a count, ordering nothing else; the point is the
+        // contended line.
+        counter.fetch_add(1, Ordering::Relaxed);
+        request
+    })
+}
+
 struct Outcome {
     requests: u64,
     statuses: [u64; 6],
@@ -310,6 +356,12 @@ fn load(
         let mut tasks = Vec::new();
         for _ in 0..conns {
             let next = Arc::clone(&next);
+            if raw_client() {
+                tasks.push(tokio::spawn(raw_connection(
+                    addr, next, deadline, limit, path, headers, gap,
+                )));
+                continue;
+            }
             tasks.push(tokio::spawn(async move {
                 let stream = TcpStream::connect(addr).await.unwrap();
                 stream.set_nodelay(true).unwrap();
@@ -378,6 +430,104 @@ fn load(
         .zip(process_cpu_ns())
         .map(|(before, after)| after.saturating_sub(before));
     outcome
+}
+
+/// Whether the saturation phases use the raw client: `CLIENT=raw` in the
+/// environment (else hyper's client).
+fn raw_client() -> bool {
+    std::env::var("CLIENT").is_ok_and(|c| c == "raw")
+}
+
+/// One kept-alive connection of the raw client (`CLIENT=raw`): each
+/// request written as bytes, each response read until its head and its
+/// `content-length` bytes have arrived, nothing else parsed. It costs the
+/// load generator's core much less per request than hyper's client, so
+/// that with `PIN` the server's core, not the generator's, is the one
+/// that saturates (as with `wrk` on a core of its own).
+async fn raw_connection(
+    addr: SocketAddr,
+    next: Arc<AtomicU64>,
+    deadline: Instant,
+    limit: u64,
+    path: &'static str,
+    headers: Headers,
+    gap: Option<Duration>,
+) -> (Vec<u32>, [u64; 6]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let mut latencies = Vec::new();
+    let mut statuses = [0u64; 6];
+    let mut request = Vec::with_capacity(256);
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut due = tokio::time::Instant::now();
+    loop {
+        if let Some(gap) = gap {
+            due += gap;
+            tokio::time::sleep_until(due).await;
+        }
+        // Relaxed: a ticket counter, ordering nothing else.
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        if n >= limit || Instant::now() >= deadline {
+            break;
+        }
+        request.clear();
+        request.extend_from_slice(b"GET ");
+        request.extend_from_slice(path.as_bytes());
+        request.extend_from_slice(b" HTTP/1.1\r\nhost: localhost\r\n");
+        for (name, value) in headers(n) {
+            request.extend_from_slice(name.as_bytes());
+            request.extend_from_slice(b": ");
+            request.extend_from_slice(value.as_bytes());
+            request.extend_from_slice(b"\r\n");
+        }
+        request.extend_from_slice(b"\r\n");
+        let sent = Instant::now();
+        stream.write_all(&request).await.unwrap();
+        // One request in flight per connection: the buffer holds one
+        // response at a time.
+        let mut filled = 0;
+        let status = loop {
+            let read = stream.read(&mut buf[filled..]).await.unwrap();
+            assert!(read > 0, "the server closed the connection");
+            filled += read;
+            if let Some((status, total)) = response_length(&buf[..filled]) {
+                if filled >= total {
+                    assert_eq!(filled, total, "one response in flight, no more bytes");
+                    break status;
+                }
+                assert!(total <= buf.len(), "a response larger than the buffer");
+            }
+        };
+        latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        statuses[usize::from(status / 100).min(5)] += 1;
+    }
+    (latencies, statuses)
+}
+
+/// For a buffer that starts with an HTTP/1.1 response: its status and
+/// its whole length (head and `content-length` body) once the head has
+/// arrived, else `None`.
+fn response_length(buf: &[u8]) -> Option<(u16, usize)> {
+    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = std::str::from_utf8(&buf[..head_end]).expect("an ASCII response head");
+    let status = head
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let mut body = 0;
+    for line in head.split("\r\n").skip(1) {
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                body = value.trim().parse().expect("a content-length");
+            }
+            assert!(
+                !name.eq_ignore_ascii_case("transfer-encoding"),
+                "the raw client reads content-length bodies only"
+            );
+        }
+    }
+    Some((status, head_end + body))
 }
 
 /// `count` requests to each of `addrs` on one connection each, one at a
@@ -641,13 +791,14 @@ fn main() {
     // Fail on a bad choice before any phase runs.
     let _ = builder(&headers);
     assert!(
-        ["layer", "bare", "identity", "idle"].contains(&control.as_str()),
-        "control {control:?}: layer, bare, identity or idle"
+        ["layer", "bare", "identity", "idle", "spin", "shared"].contains(&control.as_str()),
+        "control {control:?}: layer, bare, identity, idle, spin or shared"
     );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}, \
-         layered server: {control}, {} worker thread(s) per server{}\n",
+         layered server: {control}, {} worker thread(s) per server, {} client{}\n",
         server_workers(),
+        if raw_client() { "raw" } else { "hyper" },
         std::env::var("PIN").map_or(String::new(), |p| format!(", PIN={p}")),
     );
     if control != "layer" {
@@ -655,6 +806,9 @@ fn main() {
             "(Control {control}: the rows named \"layer\" are that server's; the million-key \
              phase is skipped; the in-process timing at the end is the real layer's.)\n"
         );
+        if control == "spin" {
+            println!("(spin: {} ns per request)\n", spin_ns());
+        }
     }
     println!("{HEADER}");
 
@@ -666,6 +820,8 @@ fn main() {
         "bare" => api::app(None),
         "identity" => api::app(None).layer(tower::layer::util::Identity::new()),
         "idle" => api::app(Some(idle_layer(&limiters))),
+        "spin" => api::app(None).layer(spin_layer(spin_ns())),
+        "shared" => api::app(None).layer(shared_layer()),
         other => unreachable!("checked above: {other}"),
     };
     let limited = serve(layered, "srv-l");
