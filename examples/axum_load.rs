@@ -40,7 +40,10 @@
 //! load generator.
 //!
 //! CONTROL replaces the layered server's layer to check the harness
-//! itself: `layer` (default), `bare` (no layer on either server: an A/A
+//! itself: `layer` (default: the layer added with `Router::layer`, as the
+//! axum example does), `outer` (the same layer wrapped once around the
+//! whole `Router` instead: axum then neither wraps each route in it nor
+//! boxes its responses' bodies again per route), `bare` (no layer on either server: an A/A
 //! comparison, whose ratios should be 0% give or take the noise),
 //! `identity` (tower's `Identity` layer: what any layer's frame costs in
 //! axum) or `idle` (rategate's layer with one rule that never applies: the
@@ -149,6 +152,23 @@ fn pin(side: Side) {
 /// `name...` (`srv-b`, `srv-l`: a `srv` prefix), so that [`server_cpu_ns`]
 /// can tell them from the client's and from the other server's.
 fn serve(router: Router, name: &'static str) -> SocketAddr {
+    serve_service(router, name)
+}
+
+/// [`serve`] for any service axum can serve: a `Router`, or a layer
+/// wrapped around a whole `Router` once.
+fn serve_service<S>(service: S, name: &'static str) -> SocketAddr
+where
+    S: tower::Service<
+            Request<axum::body::Body>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new().name(format!("{name}-accept"));
     let _server = spawned
@@ -166,7 +186,7 @@ fn serve(router: Router, name: &'static str) -> SocketAddr {
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 axum::serve(
                     listener,
-                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                    axum::ServiceExt::<Request<axum::body::Body>>::into_make_service_with_connect_info::<SocketAddr>(service),
                 )
                 .await
                 .unwrap();
@@ -791,7 +811,10 @@ fn main() {
     // Fail on a bad choice before any phase runs.
     let _ = builder(&headers);
     assert!(
-        ["layer", "bare", "identity", "idle", "spin", "shared"].contains(&control.as_str()),
+        [
+            "layer", "outer", "bare", "identity", "idle", "spin", "shared"
+        ]
+        .contains(&control.as_str()),
         "control {control:?}: layer, bare, identity, idle, spin or shared"
     );
     println!(
@@ -816,7 +839,7 @@ fn main() {
     let limiters = Limiters::new(&generous());
     // The "layered" server: the layer, or a control in its place.
     let layered = match control.as_str() {
-        "layer" => api::app(Some(limiters.layer_from(builder(&headers)))),
+        "layer" | "outer" => api::app(Some(limiters.layer_from(builder(&headers)))),
         "bare" => api::app(None),
         "identity" => api::app(None).layer(tower::layer::util::Identity::new()),
         "idle" => api::app(Some(idle_layer(&limiters))),
@@ -824,7 +847,19 @@ fn main() {
         "shared" => api::app(None).layer(shared_layer()),
         other => unreachable!("checked above: {other}"),
     };
-    let limited = serve(layered, "srv-l");
+    let limited = if control == "outer" {
+        use tower::{Layer, ServiceExt};
+        let layer = limiters.layer_from(builder(&headers));
+        serve_service(
+            ServiceExt::<Request<axum::body::Body>>::map_response(
+                layer.layer(api::app(None)),
+                |r| r.map(axum::body::Body::new),
+            ),
+            "srv-l",
+        )
+    } else {
+        serve(layered, "srv-l")
+    };
     // Phases alternate, ROUNDS times, so that a machine whose load drifts
     // (other work, thermal limits) weighs on every phase alike.
     // Without the layer, the signed-in phase's requests (an
