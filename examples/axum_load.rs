@@ -392,17 +392,8 @@ fn load(
                 tokio::spawn(conn);
                 let mut latencies = Vec::new();
                 let mut statuses = [0u64; 6];
-                let mut due = tokio::time::Instant::now();
-                loop {
-                    if let Some(gap) = gap {
-                        due += gap;
-                        tokio::time::sleep_until(due).await;
-                    }
-                    // Relaxed: a ticket counter, ordering nothing else.
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= limit || Instant::now() >= deadline {
-                        break;
-                    }
+                let mut tickets = Tickets::new(next, deadline, limit, gap);
+                while let Some(n) = tickets.next().await {
                     let mut request = Request::get(path).header("host", "localhost");
                     for (name, value) in headers(n) {
                         request = request.header(name, value);
@@ -452,6 +443,39 @@ fn load(
     outcome
 }
 
+/// A connection's turns in a load phase: each a ticket from the counter
+/// all connections share (the request's number), until `limit` tickets or
+/// the deadline; paced `gap` apart when given.
+struct Tickets {
+    next: Arc<AtomicU64>,
+    deadline: Instant,
+    limit: u64,
+    gap: Option<Duration>,
+    due: tokio::time::Instant,
+}
+
+impl Tickets {
+    fn new(next: Arc<AtomicU64>, deadline: Instant, limit: u64, gap: Option<Duration>) -> Self {
+        Tickets {
+            next,
+            deadline,
+            limit,
+            gap,
+            due: tokio::time::Instant::now(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<u64> {
+        if let Some(gap) = self.gap {
+            self.due += gap;
+            tokio::time::sleep_until(self.due).await;
+        }
+        // Relaxed: a ticket counter, ordering nothing else.
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        (n < self.limit && Instant::now() < self.deadline).then_some(n)
+    }
+}
+
 /// Whether the saturation phases use the raw client: `CLIENT=raw` in the
 /// environment (else hyper's client).
 fn raw_client() -> bool {
@@ -480,17 +504,8 @@ async fn raw_connection(
     let mut statuses = [0u64; 6];
     let mut request = Vec::with_capacity(256);
     let mut buf = vec![0u8; 16 * 1024];
-    let mut due = tokio::time::Instant::now();
-    loop {
-        if let Some(gap) = gap {
-            due += gap;
-            tokio::time::sleep_until(due).await;
-        }
-        // Relaxed: a ticket counter, ordering nothing else.
-        let n = next.fetch_add(1, Ordering::Relaxed);
-        if n >= limit || Instant::now() >= deadline {
-            break;
-        }
+    let mut tickets = Tickets::new(next, deadline, limit, gap);
+    while let Some(n) = tickets.next().await {
         request.clear();
         request.extend_from_slice(b"GET ");
         request.extend_from_slice(path.as_bytes());
