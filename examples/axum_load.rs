@@ -26,7 +26,8 @@
 //! previous answer has arrived, ROUNDS times each: the layer's latency
 //! without queueing (p50 / p99 / p99.9).
 //!
-//! `CLIENT=raw` in the environment makes the saturation phases' load
+//! `CLIENT=raw` in the environment makes the loaded phases' (saturation,
+//! million keys, paced) load
 //! generator write each request as bytes and read each response by its
 //! `content-length`, instead of going through hyper's client: much less
 //! work per request on the generator's side, so that with `PIN` (below)
@@ -61,7 +62,10 @@
 //! `axum_load in-process [CALLS] [bare|one|bare-token|two]
 //! [default|all|ietf|x|denials]` runs only that part, or one phase of it
 //! (for a profiler: `valgrind --tool=callgrind`), with the layer's header
-//! choice.
+//! choice. With `POLLUTE_KB=N` in the environment, N KiB are written
+//! between calls (evicting what a tight loop keeps cached, as a server's
+//! sockets and parsing do) and each call is timed on its own; a large N
+//! makes each call slow to set up, so give a small CALLS (20000).
 
 #[path = "axum_api.rs"]
 mod api;
@@ -476,7 +480,7 @@ impl Tickets {
     }
 }
 
-/// Whether the saturation phases use the raw client: `CLIENT=raw` in the
+/// Whether the loaded phases use the raw client: `CLIENT=raw` in the
 /// environment (else hyper's client).
 fn raw_client() -> bool {
     std::env::var("CLIENT").is_ok_and(|c| c == "raw")
@@ -523,6 +527,11 @@ async fn raw_connection(
         // response at a time.
         let mut filled = 0;
         let status = loop {
+            assert!(
+                filled < buf.len(),
+                "a response head over {} bytes",
+                buf.len()
+            );
             let read = stream.read(&mut buf[filled..]).await.unwrap();
             assert!(read > 0, "the server closed the connection");
             filled += read;
@@ -550,11 +559,11 @@ fn response_length(buf: &[u8]) -> Option<(u16, usize)> {
         .get(9..12)
         .and_then(|s| s.parse().ok())
         .expect("a status line");
-    let mut body = 0;
+    let mut body = None;
     for line in head.split("\r\n").skip(1) {
         if let Some((name, value)) = line.split_once(':') {
             if name.eq_ignore_ascii_case("content-length") {
-                body = value.trim().parse().expect("a content-length");
+                body = Some(value.trim().parse().expect("a content-length"));
             }
             assert!(
                 !name.eq_ignore_ascii_case("transfer-encoding"),
@@ -562,6 +571,14 @@ fn response_length(buf: &[u8]) -> Option<(u16, usize)> {
             );
         }
     }
+    // Without a length only a response that has no body can be framed.
+    let body = body.unwrap_or_else(|| {
+        assert!(
+            status < 200 || status == 204 || status == 304,
+            "a {status} response without content-length: the raw client cannot frame it"
+        );
+        0
+    });
     Some((status, head_end + body))
 }
 
@@ -752,22 +769,21 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
         r
     };
     // With `POLLUTE_KB=N` in the environment, N KiB are written between
-    // calls and only the calls are timed: the layer with the caches a
-    // server's sockets and parsing leave it, rather than kept warm by a
-    // tight loop.
-    let pollute_kb: usize = std::env::var("POLLUTE_KB")
+    // calls and only the calls are timed (each on its own, `POLLUTE_KB=0`
+    // too, so that rows compare): the layer with the caches a server's
+    // sockets and parsing leave it, rather than kept warm by a tight loop.
+    let pollute_kb: Option<usize> = std::env::var("POLLUTE_KB")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut junk = vec![0u8; pollute_kb * 1024];
+        .and_then(|v| v.parse().ok());
+    let mut junk = pollute_kb.map(|kb| vec![0u8; kb * 1024]);
     let mut time = |f: &mut dyn FnMut()| {
-        if junk.is_empty() {
+        let Some(junk) = &mut junk else {
             let start = Instant::now();
             for _ in 0..calls {
                 f();
             }
             return start.elapsed().as_nanos() as f64 / f64::from(calls);
-        }
+        };
         let mut total = Duration::ZERO;
         for _ in 0..calls {
             for i in (0..junk.len()).step_by(64) {
@@ -777,7 +793,7 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
             f();
             total += start.elapsed();
         }
-        std::hint::black_box(&junk);
+        std::hint::black_box(&*junk);
         total.as_nanos() as f64 / f64::from(calls)
     };
     let mut bare = inner;
@@ -810,7 +826,10 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
     let two_ns = phase("two", true, true);
     println!();
     println!(
-        "In-process, {calls} calls each (request built, decided, fields written as the header choice says):"
+        "In-process, {calls} calls each (request built, decided, fields written as the header choice says){}:",
+        pollute_kb.map_or(String::new(), |kb| format!(
+            ", {kb} KiB written between calls"
+        ))
     );
     println!("  bare service                         {bare_ns:>8.0} ns/request");
     println!(
@@ -852,7 +871,7 @@ fn main() {
             "layer", "outer", "bare", "identity", "idle", "spin", "shared"
         ]
         .contains(&control.as_str()),
-        "control {control:?}: layer, bare, identity, idle, spin or shared"
+        "control {control:?}: layer, outer, bare, identity, idle, spin or shared"
     );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}, \
@@ -861,7 +880,9 @@ fn main() {
         if raw_client() { "raw" } else { "hyper" },
         std::env::var("PIN").map_or(String::new(), |p| format!(", PIN={p}")),
     );
-    if control != "layer" {
+    // `outer` runs the real layer, only placed differently.
+    let real_layer = matches!(control.as_str(), "layer" | "outer");
+    if !real_layer {
         println!(
             "(Control {control}: the rows named \"layer\" are that server's; the million-key \
              phase is skipped; the in-process timing at the end is the real layer's.)\n"
@@ -875,27 +896,26 @@ fn main() {
     let bare = serve(api::app(None), "srv-b");
     let limiters = Limiters::new(&generous());
     // The "layered" server: the layer, or a control in its place.
-    let layered = match control.as_str() {
-        "layer" | "outer" => api::app(Some(limiters.layer_from(builder(&headers)))),
-        "bare" => api::app(None),
-        "identity" => api::app(None).layer(tower::layer::util::Identity::new()),
-        "idle" => api::app(Some(idle_layer(&limiters))),
-        "spin" => api::app(None).layer(spin_layer(spin_ns())),
-        "shared" => api::app(None).layer(shared_layer()),
+    let layered = |router: Router| serve(router, "srv-l");
+    let limited = match control.as_str() {
+        "layer" => layered(api::app(Some(limiters.layer_from(builder(&headers))))),
+        "outer" => {
+            use tower::{Layer, ServiceExt};
+            let layer = limiters.layer_from(builder(&headers));
+            serve_service(
+                ServiceExt::<Request<axum::body::Body>>::map_response(
+                    layer.layer(api::app(None)),
+                    |r| r.map(axum::body::Body::new),
+                ),
+                "srv-l",
+            )
+        }
+        "bare" => layered(api::app(None)),
+        "identity" => layered(api::app(None).layer(tower::layer::util::Identity::new())),
+        "idle" => layered(api::app(Some(idle_layer(&limiters)))),
+        "spin" => layered(api::app(None).layer(spin_layer(spin_ns()))),
+        "shared" => layered(api::app(None).layer(shared_layer())),
         other => unreachable!("checked above: {other}"),
-    };
-    let limited = if control == "outer" {
-        use tower::{Layer, ServiceExt};
-        let layer = limiters.layer_from(builder(&headers));
-        serve_service(
-            ServiceExt::<Request<axum::body::Body>>::map_response(
-                layer.layer(api::app(None)),
-                |r| r.map(axum::body::Body::new),
-            ),
-            "srv-l",
-        )
-    } else {
-        serve(layered, "srv-l")
     };
     // Phases alternate, ROUNDS times, so that a machine whose load drifts
     // (other work, thermal limits) weighs on every phase alike.
@@ -949,7 +969,7 @@ fn main() {
     }
 
     // Under a control no limiter holds keys: nothing to show.
-    let million = (control == "layer").then(|| {
+    let million = real_layer.then(|| {
         let million = load(
             limited,
             conns,
