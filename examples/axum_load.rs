@@ -38,7 +38,8 @@
 //! threads (default 2). With `PIN=SERVER_CPU,CLIENT_CPU` in the environment (`PIN=0,1`), every
 //! server thread is bound to one CPU and every client thread to another,
 //! so the server saturates its own core instead of sharing both with the
-//! load generator.
+//! load generator. `PIN=0,0` puts every thread on one CPU: no wakeup of an
+//! idle CPU per request, the steady setup for the unloaded latency.
 //!
 //! CONTROL replaces the layered server's layer to check the harness
 //! itself: `layer` (default: the layer added with `Router::layer`, as the
