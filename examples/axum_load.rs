@@ -49,7 +49,9 @@
 //! comparison, whose ratios should be 0% give or take the noise),
 //! `identity` (tower's `Identity` layer: what any layer's frame costs in
 //! axum) or `idle` (rategate's layer with one rule that never applies: the
-//! layer's frame without a limit's check), `spin` (a layer that only
+//! layer's frame without a limit's check), `per-ip`
+//! (`RateLimitLayer::per_ip`: one tier keyed by the peer address, one
+//! token bucket, no matcher: the simplest layer), `spin` (a layer that only
 //! busy-waits `SPIN_NS` nanoseconds per request, default 150, about the
 //! layer's in-process cost, touching nothing shared: what that much
 //! private work per request costs under this load) or `shared` (a layer
@@ -869,10 +871,10 @@ fn main() {
     let _ = builder(&headers);
     assert!(
         [
-            "layer", "outer", "bare", "identity", "idle", "spin", "shared"
+            "layer", "outer", "bare", "identity", "idle", "per-ip", "spin", "shared"
         ]
         .contains(&control.as_str()),
-        "control {control:?}: layer, outer, bare, identity, idle, spin or shared"
+        "control {control:?}: layer, outer, bare, identity, idle, per-ip, spin or shared"
     );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}, \
@@ -914,6 +916,10 @@ fn main() {
         "bare" => layered(api::app(None)),
         "identity" => layered(api::app(None).layer(tower::layer::util::Identity::new())),
         "idle" => layered(api::app(Some(idle_layer(&limiters)))),
+        "per-ip" => layered(api::app(Some(
+            rategate::http::RateLimitLayer::per_ip(Quota::per_second(1_000_000_000).unwrap())
+                .unwrap(),
+        ))),
         "spin" => layered(api::app(None).layer(spin_layer(spin_ns()))),
         "shared" => layered(api::app(None).layer(shared_layer())),
         other => unreachable!("checked above: {other}"),
