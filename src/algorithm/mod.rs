@@ -21,6 +21,8 @@ pub use any::{AlgorithmError, AlgorithmKind, AnyAlgorithm, AnyState, UnknownAlgo
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
 pub(crate) use leaky_bucket::denial_times as leaky_denial_times;
+#[cfg(feature = "tower")]
+pub(crate) use sharded::home_index;
 pub use sharded::{Sharded, ShardedState, Splittable};
 pub use sliding_window_counter::SlidingWindowCounter;
 pub use sliding_window_log::{SlidingWindowLog, WindowLog};

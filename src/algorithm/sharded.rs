@@ -484,7 +484,7 @@ thread_local! {
 /// limiter takes it modulo its shard count.
 #[cfg(not(rategate_loom))]
 #[inline]
-fn home_index() -> usize {
+pub(crate) fn home_index() -> usize {
     HOME.try_with(|home| {
         let index = home.get();
         if index != usize::MAX {
@@ -516,7 +516,7 @@ loom::thread_local! {
 }
 
 #[cfg(rategate_loom)]
-fn home_index() -> usize {
+pub(crate) fn home_index() -> usize {
     HOME.with(|home| *home)
 }
 

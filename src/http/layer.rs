@@ -7,11 +7,10 @@ use super::future::ResponseFuture;
 use super::key::KeyExtractor;
 use super::policy::{Rule, RuleLimiter, Tier};
 use super::response::{HeaderOptions, Rejection, Responder, problem_response, write_headers};
-use super::stats::{Counters, LayerStats};
+use super::stats::{Counters, LayerStats, StripedCounters};
 use crate::sync::Arc;
 use crate::{KeyedRateLimiter, Quota, QuotaError, TokenBucket};
 use bytes::Bytes;
-use crossbeam_utils::CachePadded;
 use http::{Request, Response};
 use std::fmt;
 use std::task::{Context, Poll};
@@ -69,11 +68,12 @@ pub(crate) struct Config {
     shadow: bool,
     headers: HeaderOptions,
     responder: Option<Responder>,
-    /// Written by every request, on every core: on cache lines of their
-    /// own, so that the rules and options read beside them stay shared.
-    /// (Their alignment also puts the whole `Config` after the `Arc`'s
-    /// counts, which every clone of a service writes.)
-    pub(crate) counters: CachePadded<Counters>,
+    /// Written by every request: striped by thread, each stripe on cache
+    /// lines of its own, so that the rules and options read beside them
+    /// stay shared and cores do not pass one counter's line around. (Their
+    /// alignment also puts the whole `Config` after the `Arc`'s counts,
+    /// which every clone of a service writes.)
+    pub(crate) counters: StripedCounters,
 }
 
 /// What to do with a request once decided.
@@ -88,7 +88,7 @@ pub(crate) enum Settled {
 
 impl Config {
     pub(crate) fn settle(&self, verdict: Verdict) -> Settled {
-        let c = &self.counters;
+        let c = self.counters.here();
         match verdict {
             Verdict::Unlimited => {
                 Counters::bump(&c.unlimited);
@@ -315,7 +315,7 @@ impl RateLimitBuilder {
                 shadow: self.shadow,
                 headers: self.headers,
                 responder: self.responder,
-                counters: CachePadded::default(),
+                counters: StripedCounters::default(),
             }),
         }
     }

@@ -1,6 +1,7 @@
 //! What the layer decided, counted.
 
 use crate::sync::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
 /// Counters of a [`RateLimitLayer`](super::RateLimitLayer), read with
 /// [`RateLimitLayer::stats`](super::RateLimitLayer::stats).
@@ -20,6 +21,42 @@ pub struct LayerStats {
     pub cost_too_high: u64,
     /// Requests no rule applied to (served untouched).
     pub unlimited: u64,
+}
+
+/// The layer's counters, one set per stripe: every request adds to one
+/// counter, and a single set would be one cache line written by every
+/// request on every core. Each thread adds to its own stripe (the thread
+/// index [`Sharded`](crate::Sharded) shards by, modulo the stripes), on a
+/// line of its own; [`snapshot`](StripedCounters::snapshot) sums them.
+#[derive(Debug, Default)]
+pub(crate) struct StripedCounters {
+    stripes: [CachePadded<Counters>; STRIPES],
+}
+
+/// Stripes per layer: threads beyond it share stripes, round-robin.
+const STRIPES: usize = 8;
+
+impl StripedCounters {
+    /// The calling thread's counters.
+    #[inline]
+    pub(crate) fn here(&self) -> &Counters {
+        &self.stripes[crate::algorithm::home_index() % STRIPES]
+    }
+
+    /// Every stripe's counts, summed.
+    pub(crate) fn snapshot(&self) -> LayerStats {
+        self.stripes.iter().map(|stripe| stripe.snapshot()).fold(
+            LayerStats::default(),
+            |sum, part| LayerStats {
+                allowed: sum.allowed + part.allowed,
+                limited: sum.limited + part.limited,
+                shadow_limited: sum.shadow_limited + part.shadow_limited,
+                no_key: sum.no_key + part.no_key,
+                cost_too_high: sum.cost_too_high + part.cost_too_high,
+                unlimited: sum.unlimited + part.unlimited,
+            },
+        )
+    }
 }
 
 #[derive(Debug, Default)]
@@ -48,5 +85,42 @@ impl Counters {
             cost_too_high: read(&self.cost_too_high),
             unlimited: read(&self.unlimited),
         }
+    }
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_count_on_their_own_stripes_and_the_snapshot_sums_them() {
+        let counters = std::sync::Arc::new(StripedCounters::default());
+        // More threads than stripes: some share one, none is lost.
+        let threads: Vec<_> = (0..2 * STRIPES as u64)
+            .map(|t| {
+                let counters = std::sync::Arc::clone(&counters);
+                std::thread::spawn(move || {
+                    for _ in 0..1_000 + t {
+                        Counters::bump(&counters.here().allowed);
+                    }
+                    Counters::bump(&counters.here().limited);
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let n = 2 * STRIPES as u64;
+        let stats = counters.snapshot();
+        assert_eq!(stats.allowed, 1_000 * n + n * (n - 1) / 2);
+        assert_eq!(stats.limited, n);
+        assert_eq!(stats.unlimited, 0);
+        // Two threads on distinct stripes write distinct lines.
+        let used = counters
+            .stripes
+            .iter()
+            .filter(|stripe| stripe.limited.load(Ordering::Relaxed) > 0)
+            .count();
+        assert!(used > 1, "every thread counted on one stripe");
     }
 }
