@@ -155,16 +155,13 @@ fn pin(side: Side) {
     let _ = cpu;
 }
 
-/// Serves `router` on a runtime of its own whose threads are all named
+/// Serves `service` on a runtime of its own whose threads are all named
 /// `name...` (`srv-b`, `srv-l`: a `srv` prefix), so that [`server_cpu_ns`]
 /// can tell them from the client's and from the other server's.
-fn serve(router: Router, name: &'static str) -> SocketAddr {
-    serve_service(router, name)
-}
-
-/// [`serve`] for any service axum can serve: a `Router`, or a layer
-/// wrapped around a whole `Router` once.
-fn serve_service<S>(service: S, name: &'static str) -> SocketAddr
+///
+/// Any service axum can serve: a `Router`, or a layer wrapped around a
+/// whole `Router` once.
+fn serve<S>(service: S, name: &'static str) -> SocketAddr
 where
     S: tower::Service<
             Request<axum::body::Body>,
@@ -905,7 +902,7 @@ fn main() {
         "outer" => {
             use tower::{Layer, ServiceExt};
             let layer = limiters.layer_from(builder(&headers));
-            serve_service(
+            serve(
                 ServiceExt::<Request<axum::body::Body>>::map_response(
                     layer.layer(api::app(None)),
                     |r| r.map(axum::body::Body::new),

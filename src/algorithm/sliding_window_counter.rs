@@ -204,6 +204,9 @@ impl SlidingWindowCounter {
             current, previous, ..
         } = counts;
         let cost = u64::from(cost);
+        // Times in u128: windows may end past u64::MAX. A duration beyond
+        // u64 nanoseconds (periods over 2^63 ns) saturates.
+        let until = |t: u128| u64::try_from(t - u128::from(now)).unwrap_or(u64::MAX);
         // The admission without a division. With w = previous x (period -
         // elapsed) and r = limit - current - cost, the estimate
         // ceil(w / period) + current + cost is within the limit iff
@@ -227,8 +230,7 @@ impl SlidingWindowCounter {
         };
         if let Some((w, r_period)) = fast {
             // The count leaves at the end of the next window.
-            let end = u128::from(start) + 2 * period;
-            let reset_after = u64::try_from(end - u128::from(now)).unwrap_or(u64::MAX);
+            let reset_after = until(u128::from(start) + 2 * period);
             let decision =
                 Decision::allow_per(self.limit, r_period - w, self.tag.per_period(), reset_after);
             let after = Counts {
@@ -238,9 +240,6 @@ impl SlidingWindowCounter {
             return (decision, self.pack(after));
         }
         let estimate = self.weighted(previous, elapsed) + current;
-        // Times in u128: windows may end past u64::MAX. A duration beyond
-        // u64 nanoseconds (periods over 2^63 ns) saturates.
-        let until = |t: u128| u64::try_from(t - u128::from(now)).unwrap_or(u64::MAX);
         let reset_at = |current: u64, previous: u64| {
             let start = u128::from(start);
             match (current, previous) {

@@ -45,17 +45,21 @@ impl StripedCounters {
 
     /// Every stripe's counts, summed.
     pub(crate) fn snapshot(&self) -> LayerStats {
-        self.stripes.iter().map(|stripe| stripe.snapshot()).fold(
-            LayerStats::default(),
-            |sum, part| LayerStats {
-                allowed: sum.allowed + part.allowed,
-                limited: sum.limited + part.limited,
-                shadow_limited: sum.shadow_limited + part.shadow_limited,
-                no_key: sum.no_key + part.no_key,
-                cost_too_high: sum.cost_too_high + part.cost_too_high,
-                unlimited: sum.unlimited + part.unlimited,
-            },
-        )
+        // Relaxed: statistics, ordering nothing else.
+        let sum = |counter: fn(&Counters) -> &AtomicU64| {
+            self.stripes
+                .iter()
+                .map(|stripe| counter(stripe).load(Ordering::Relaxed))
+                .sum()
+        };
+        LayerStats {
+            allowed: sum(|c| &c.allowed),
+            limited: sum(|c| &c.limited),
+            shadow_limited: sum(|c| &c.shadow_limited),
+            no_key: sum(|c| &c.no_key),
+            cost_too_high: sum(|c| &c.cost_too_high),
+            unlimited: sum(|c| &c.unlimited),
+        }
     }
 }
 
@@ -73,18 +77,6 @@ impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
         // Relaxed: statistics, ordering nothing else.
         counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn snapshot(&self) -> LayerStats {
-        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        LayerStats {
-            allowed: read(&self.allowed),
-            limited: read(&self.limited),
-            shadow_limited: read(&self.shadow_limited),
-            no_key: read(&self.no_key),
-            cost_too_high: read(&self.cost_too_high),
-            unlimited: read(&self.unlimited),
-        }
     }
 }
 
