@@ -25,11 +25,23 @@
 //! cannot be made atomic with a CAS as the one-word algorithms do. A
 //! lock-free multi-word log (per-slot sequence numbers, or copy-on-write
 //! snapshots) would cost more per check than the few instructions the lock
-//! guards. Each key's log has its own `parking_lot` mutex (one byte, no
-//! system call when uncontended), held while expired entries are dropped,
-//! the sum is compared and one entry is appended: O(1) amortised for an
-//! admission; a denial also walks the entries that must expire before the
-//! request fits (at most its cost many).
+//! guards. Each key's log has its own lock, held while expired entries are
+//! dropped, the sum is compared and one entry is appended: O(1) amortised
+//! for an admission; a denial also walks the entries that must expire
+//! before the request fits (at most its cost many).
+//!
+//! The lock is the sequence word of the summary below: a check takes it
+//! with one compare-exchange (from the word it has just read for a denial
+//! without the lock) and releases it with a plain store that also
+//! publishes the summary. An uncontended admission thus pays one
+//! read-modify-write, as the one-word algorithms do; a general-purpose
+//! mutex would add a second to release (and a publication of its own). A
+//! thread that finds the lock held spins briefly, then yields its CPU on
+//! each try (`crossbeam_utils::Backoff`): the critical section is a handful
+//! of loads and stores, with no call out and no system call, so parking
+//! the thread would cost more than the wait. While the ring grows (at most
+//! `log2(limit)` times per key, by doubling) it also holds one
+//! reallocation of the ring.
 //!
 //! # Denials without the lock
 //!
@@ -45,9 +57,10 @@
 //! lock.
 
 use super::{Algorithm, check_cost};
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Backoff, LockWait, MutPtr, Ordering, UnsafeCell};
 use crate::{CheckError, Decision, Quota, QuotaError};
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 
 /// Sliding window log: at most `limit` per period in *every* window of one
 /// period, exactly (windows are `(now - period, now]`).
@@ -55,7 +68,7 @@ use std::collections::VecDeque;
 /// The quota's burst does not apply: the most that can pass at once is the
 /// limit.
 ///
-/// State: one [`WindowLog`] per key, a mutex-guarded ring buffer of
+/// State: one [`WindowLog`] per key, a lock-guarded ring buffer of
 /// `(time, cost)` entries, one per distinct admission time (requests
 /// admitted in the same nanosecond share an entry). Every entry has a cost of
 /// at least 1 and the costs in the log sum to at most `limit`, so the ring
@@ -72,12 +85,12 @@ use std::collections::VecDeque;
 ///
 /// # Memory per key
 ///
-/// On a 64-bit target, 88 bytes inline (the mutex, the ring's header, the
-/// running sum and the latest reading, and the four words of the lock-free
-/// denial's summary) plus 16 bytes per ring slot on the heap.
+/// On a 64-bit target, 80 bytes inline (the ring's header, the running
+/// sum and the latest reading, and the four words of the denial's summary,
+/// one of which is the lock) plus 16 bytes per ring slot on the heap.
 /// The ring starts empty and unallocated, and grows only as requests arrive,
 /// doubling from 4 slots and capped at `limit` slots: at most
-/// `88 + 16 x limit` bytes, reached only when `limit` requests at distinct
+/// `80 + 16 x limit` bytes, reached only when `limit` requests at distinct
 /// times fall in one window. A key whose log has emptied is idle, and a
 /// keyed limiter's sweep frees it entirely.
 ///
@@ -141,7 +154,7 @@ pub struct SlidingWindowLog {
 }
 
 /// The [`SlidingWindowLog`]'s per-key state: the log of admitted requests
-/// still in the window, behind a short-held mutex.
+/// still in the window, behind a short-held lock.
 ///
 /// # Examples
 ///
@@ -158,20 +171,49 @@ pub struct SlidingWindowLog {
 /// assert!(log.is_idle(&state, 1_000_000_000));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug)]
 pub struct WindowLog {
-    log: Mutex<Log>,
-    /// The log's summary for denials without the lock.
+    /// The log's summary for denials without the lock, whose sequence word
+    /// is also the lock.
     hint: Hint,
+    /// The log, reached only through a [`LogGuard`].
+    log: UnsafeCell<Log>,
+    /// How a check waits for the lock (zero-sized but under loom).
+    wait: LockWait,
 }
+
+// SAFETY: `log` is only reached through a `LogGuard`, and a guard exists
+// only between a compare-exchange that made the summary's sequence odd and
+// the store that makes it even again (`WindowLog::lock_from`, `LogGuard`'s
+// drop): one guard per log at a time, with the Acquire of the one and the
+// Release of the other ordering each holder's accesses after the previous
+// holder's. The rest of the state is atomics.
+unsafe impl Sync for WindowLog {}
+
+impl std::fmt::Debug for WindowLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The summary only: the log itself is behind the lock.
+        let word = self.hint.seq_used.load(Ordering::Relaxed);
+        f.debug_struct("WindowLog")
+            .field("used", &(word as u32))
+            .field("locked", &(word & LOCKED != 0))
+            .field("seen", &self.hint.seen.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The low bit of the summary's sequence number, in its word: set while a
+/// thread holds the log's lock.
+const LOCKED: u64 = 1 << 32;
 
 /// A summary of the log, published by the lock holder under a sequence
 /// lock, from which a check can deny a request without the lock.
 ///
-/// The sequence number (the log's `published`) is even when the words are
-/// stable and odd while the lock holder rewrites them. All zeros (used 0)
-/// is a valid summary of any log: it denies nothing, so a new or restored
-/// log starts with it.
+/// The sequence number is even when the words are stable and odd while a
+/// thread holds the log's lock (and may rewrite them): making it odd with a
+/// compare-exchange *is* taking the lock, so a check that takes it pays one
+/// read-modify-write, and its release is a plain store of the next even
+/// number. All zeros (used 0) is a valid summary of any log: it denies
+/// nothing, so a new or restored log starts with it.
 #[derive(Debug, Default)]
 struct Hint {
     /// The sequence number in the high 32 bits, `used` in the low 32.
@@ -190,8 +232,58 @@ struct Hint {
 impl WindowLog {
     fn with_log(log: Log) -> WindowLog {
         WindowLog {
-            log: Mutex::new(log),
             hint: Hint::default(),
+            log: UnsafeCell::new(log),
+            wait: LockWait::default(),
+        }
+    }
+
+    /// Takes the log's lock.
+    fn lock(&self) -> LogGuard<'_> {
+        // Relaxed: only a guess at the word; the compare-exchange decides.
+        self.lock_from(self.hint.seq_used.load(Ordering::Relaxed))
+    }
+
+    /// Takes the log's lock, trying first from `word`, the summary's word
+    /// as the caller last read it (a check has just read it for a denial
+    /// without the lock: the uncontended lock is then one compare-exchange
+    /// and no further load).
+    ///
+    /// A thread that finds the lock held waits with [`Backoff`]: a few
+    /// spins, then a yield of its CPU per try. The lock is held for a
+    /// handful of loads and stores (and, while the ring grows, one
+    /// reallocation of at most `limit` entries), never across a call out.
+    #[inline(always)]
+    fn lock_from(&self, mut word: u64) -> LogGuard<'_> {
+        let backoff = Backoff::new();
+        loop {
+            if word & LOCKED == 0 {
+                // Acquire: pairs with the Release store that released the
+                // lock, so this holder sees the log as the last one left it.
+                // Relaxed on failure: nothing is read through a failure.
+                match self.hint.seq_used.compare_exchange(
+                    word,
+                    word | LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        return LogGuard {
+                            hint: &self.hint,
+                            wait: &self.wait,
+                            log: ManuallyDrop::new(self.log.get_mut()),
+                            seq: (word >> 32) as u32 | 1,
+                            changed: false,
+                        };
+                    }
+                    Err(now) => word = now,
+                }
+                if word & LOCKED == 0 {
+                    // Another thread took and released it meanwhile.
+                    continue;
+                }
+            }
+            word = self.wait.wait(&self.hint.seq_used, word, &backoff);
         }
     }
 
@@ -203,26 +295,72 @@ impl WindowLog {
         // may count; nothing else is read through it.
         log.latest.max(self.hint.seen.load(Ordering::Relaxed))
     }
+}
 
-    /// Publishes `log`, which the caller holds the lock of, as the summary.
-    fn publish(&self, log: &mut Log) {
-        let hint = &self.hint;
-        let word = |seq: u32, used: u32| u64::from(seq) << 32 | u64::from(used);
-        // An odd number: readers discard the word, so `used` may be 0.
+/// The log's lock, held: the log through `Deref`; dropping it publishes
+/// the summary (its ends only if [`publish`](LogGuard::publish) was called)
+/// and releases the lock.
+struct LogGuard<'a> {
+    hint: &'a Hint,
+    wait: &'a LockWait,
+    /// The log; dropped (under loom: its access ends) before the release.
+    log: ManuallyDrop<MutPtr<Log>>,
+    /// The sequence number the lock set (odd).
+    seq: u32,
+    /// Whether the log's ends may have changed since the lock was taken.
+    changed: bool,
+}
+
+impl LogGuard<'_> {
+    /// Marks the log as changed: the summary's oldest and newest times are
+    /// rewritten on release.
+    fn publish(&mut self) {
+        self.changed = true;
+    }
+}
+
+impl std::ops::Deref for LogGuard<'_> {
+    type Target = Log;
+
+    fn deref(&self) -> &Log {
+        // SAFETY: the guard holds the lock (see `WindowLog`'s `Sync`).
+        self.log.with(|log| unsafe { &*log })
+    }
+}
+
+impl std::ops::DerefMut for LogGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Log {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference.
+        self.log.with(|log| unsafe { &mut *log })
+    }
+}
+
+impl Drop for LogGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let hint = self.hint;
+        let changed = self.changed;
+        let log: &Log = self;
+        if changed {
+            let oldest = log.entries.front().map_or(0, |e| e.at);
+            let newest = log.entries.back().map_or(0, |e| e.at);
+            // Release: a reader whose Acquire load reads either word sees
+            // the odd number the lock set when it re-reads the sequence,
+            // and discards what it read.
+            hint.oldest.store(oldest, Ordering::Release);
+            hint.newest.store(newest, Ordering::Release);
+        }
+        let used = log.used;
+        // SAFETY: `self.log` is not used again; under loom this ends the
+        // access to the cell, which must precede the release.
+        unsafe { ManuallyDrop::drop(&mut self.log) };
+        let next = self.seq.wrapping_add(1);
+        // Release: releases the lock (the next holder's Acquire sees every
+        // access to the log above), and a reader whose Acquire load sees
+        // this even number sees the words above.
         hint.seq_used
-            .store(word(log.published.wrapping_add(1), 0), Ordering::Relaxed);
-        let oldest = log.entries.front().map_or(0, |e| e.at);
-        let newest = log.entries.back().map_or(0, |e| e.at);
-        // Release: a reader whose Acquire load reads either word sees the
-        // odd number above when it re-reads the sequence, and discards what
-        // it read.
-        hint.oldest.store(oldest, Ordering::Release);
-        hint.newest.store(newest, Ordering::Release);
-        log.published = log.published.wrapping_add(2);
-        // Release: a reader whose Acquire load sees this even number sees
-        // every word above.
-        hint.seq_used
-            .store(word(log.published, log.used), Ordering::Release);
+            .store(u64::from(next) << 32 | u64::from(used), Ordering::Release);
+        self.wait.wake();
     }
 }
 
@@ -241,9 +379,6 @@ struct Log {
     /// counts as this one: it must not see a window the log no longer
     /// holds. The log's clock is this or, if later, `Hint::seen`.
     latest: u64,
-    /// The summary's sequence number as last published (only the lock
-    /// holder writes the summary, so it keeps the number here).
-    published: u32,
 }
 
 /// One admission time and the cost admitted at it.
@@ -380,12 +515,20 @@ impl SlidingWindowLog {
     /// the oldest stays), keep `used`, and find the retry time at the oldest
     /// entry, whose cost of at least 1 frees the missing unit: the same
     /// decision, field for field.
+    ///
+    /// `seq_used` is the summary's word as the caller read it, with an
+    /// Acquire load: it pairs with the Release store of an even number that
+    /// released the lock, so the words read here are at least that
+    /// publication's.
     #[inline(always)]
-    fn deny_without_lock(&self, state: &WindowLog, now: u64, cost: u32) -> Option<Decision> {
+    fn deny_without_lock(
+        &self,
+        state: &WindowLog,
+        seq_used: u64,
+        now: u64,
+        cost: u32,
+    ) -> Option<Decision> {
         let hint = &state.hint;
-        // Acquire: pairs with the publisher's Release store of the even
-        // `seq`, so the words below are at least that publication's.
-        let seq_used = hint.seq_used.load(Ordering::Acquire);
         let used = seq_used as u32;
         // Both at most the limit, a u32: no overflow in u64.
         let after = u64::from(used) + u64::from(cost);
@@ -399,7 +542,7 @@ impl SlidingWindowLog {
         // (or a later one), pairing with the publisher's Release stores.
         let oldest = hint.oldest.load(Ordering::Acquire);
         let newest = hint.newest.load(Ordering::Acquire);
-        if seq_used & 1 << 32 != 0 || hint.seq_used.load(Ordering::Relaxed) != seq_used {
+        if seq_used & LOCKED != 0 || hint.seq_used.load(Ordering::Relaxed) != seq_used {
             return None;
         }
         // Relaxed: any value stored is some check's reading (see `seen`).
@@ -426,7 +569,7 @@ impl SlidingWindowLog {
     /// `latest` (u64), the number of entries (u32), then each entry's time
     /// (u64) and cost (u32), little-endian, oldest first.
     pub(crate) fn save_log(&self, state: &WindowLog, out: &mut Vec<u8>) {
-        let log = state.log.lock();
+        let log = state.lock();
         // The log's clock, with the readings of denials without the lock.
         out.extend(state.latest(&log).to_le_bytes());
         // At most `limit` entries, a u32.
@@ -450,7 +593,6 @@ impl SlidingWindowLog {
         let latest = u64::from_le_bytes(*latest);
         let mut log = Log {
             entries: VecDeque::with_capacity(count as usize),
-            published: 0,
             used: 0,
             latest: super::moved_time(latest, then, now),
         };
@@ -511,19 +653,22 @@ impl Algorithm for SlidingWindowLog {
             return self.peek(state, now, 0);
         }
         check_cost(cost, self.limit)?;
-        if let Some(denied) = self.deny_without_lock(state, now, cost) {
+        // Acquire: see `deny_without_lock`.
+        let word = state.hint.seq_used.load(Ordering::Acquire);
+        if let Some(denied) = self.deny_without_lock(state, word, now, cost) {
             return Ok(denied);
         }
-        // The mutex orders every access to the log: a check sees all the
-        // admissions of the checks that held the lock before it.
-        let mut log = state.log.lock();
+        // The lock orders every access to the log: a check sees all the
+        // admissions of the checks that held the lock before it. Tried
+        // first from the word just read: one compare-exchange uncontended.
+        let mut log = state.lock_from(word);
         let dropped = self.advance(state, &mut log, now);
         let (decision, at) = self.decide(&log, log.latest, now, cost);
         if let Some(at) = at {
             self.record(&mut log, at, cost);
         }
         if dropped || at.is_some() {
-            state.publish(&mut log);
+            log.publish();
         }
         Ok(decision)
     }
@@ -531,12 +676,12 @@ impl Algorithm for SlidingWindowLog {
     fn peek(&self, state: &WindowLog, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.limit)?;
         // The lock gives a consistent snapshot; the log is only read.
-        let log = state.log.lock();
+        let log = state.lock();
         Ok(self.decide(&log, state.latest(&log), now, cost).0)
     }
 
     fn is_idle(&self, state: &WindowLog, now: u64) -> bool {
-        let log = state.log.lock();
+        let log = state.lock();
         let now = now.max(state.latest(&log));
         // Entries are in time order: the log is empty at `now` when its
         // newest entry has left the window.
@@ -553,8 +698,8 @@ impl Algorithm for SlidingWindowLog {
         if cost == 0 {
             return 0;
         }
-        // The mutex orders the refund with every check, as `check` argues.
-        let mut log = state.log.lock();
+        // The lock orders the refund with every check, as `check` argues.
+        let mut log = state.lock();
         let dropped = self.advance(state, &mut log, now);
         let mut left = cost;
         while let Some(oldest) = log.entries.front_mut().filter(|_| left > 0) {
@@ -567,7 +712,7 @@ impl Algorithm for SlidingWindowLog {
             log.used -= take;
         }
         if dropped || left < cost {
-            state.publish(&mut log);
+            log.publish();
         }
         cost - left
     }
@@ -583,7 +728,7 @@ mod tests {
     }
 
     fn entries(state: &WindowLog) -> Vec<(u64, u32)> {
-        let log = state.log.lock();
+        let log = state.lock();
         log.entries.iter().map(|e| (e.at, e.cost)).collect()
     }
 
@@ -732,24 +877,24 @@ mod tests {
     fn ring_grows_lazily_and_never_past_limit() {
         let swl = log(6, 1_000);
         let state = swl.new_state();
-        assert_eq!(state.log.lock().entries.capacity(), 0);
+        assert_eq!(state.lock().entries.capacity(), 0);
         for t in 0..6 {
             assert!(swl.check(&state, t, 1).unwrap().is_allowed());
-            let cap = state.log.lock().entries.capacity();
+            let cap = state.lock().entries.capacity();
             assert!(cap <= 6, "capacity {cap} after {} entries", t + 1);
         }
         assert!(!swl.check(&state, 6, 1).unwrap().is_allowed());
         // Steady traffic reuses the ring.
         for t in 1_000..1_100 {
             swl.check(&state, t, 1).unwrap();
-            assert!(state.log.lock().entries.capacity() <= 6);
+            assert!(state.lock().entries.capacity() <= 6);
         }
     }
 
     #[cfg(target_pointer_width = "64")]
     #[test]
     fn documented_sizes() {
-        assert_eq!(size_of::<WindowLog>(), 88);
+        assert_eq!(size_of::<WindowLog>(), 80);
         assert_eq!(size_of::<Entry>(), 16);
     }
 
