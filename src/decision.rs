@@ -58,12 +58,12 @@ use std::time::Duration;
 #[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
-    /// A leaky bucket's denial whose times are computed when asked: then
-    /// `room` holds the room in thousandths (low 32 bits) and the cost
-    /// less the burst in thousandths (high 32 bits, an `i32`), `per` the
-    /// drain rate, `reset_after` the check's reading and `wait` the slot
-    /// word it was denied on (see
-    /// [`leaky_denial_times`](crate::algorithm::leaky_denial_times)).
+    /// A leaky bucket's denial whose `remaining` and times are computed
+    /// when asked: then `room` holds the cost less the burst in
+    /// thousandths (an `i32`), `per` the drain rate, `reset_after` the
+    /// check's reading and `wait` the slot word it was denied on (see
+    /// [`leaky_denial_times`](crate::algorithm::leaky_denial_times) and
+    /// [`leaky_denial_remaining`](crate::algorithm::leaky_denial_remaining)).
     leaky: bool,
     limit: u32,
     /// `remaining` before the division by `per`: nanoseconds of room for the
@@ -131,15 +131,14 @@ impl Decision {
         }
     }
 
-    /// A leaky bucket's denial: `room` in thousandths, `shift` the cost
-    /// less the burst in thousandths, `word` the slot denied on, `now` the
-    /// reading, `per_rate` the drain rate. `remaining`, `reset_after` and
+    /// A leaky bucket's denial: `shift` the cost less the burst in
+    /// thousandths, `word` the slot denied on, `now` the reading,
+    /// `per_rate` the drain rate. `remaining`, `reset_after` and
     /// `retry_after` are derived when asked, with the values the check
     /// itself would have computed.
     #[inline]
     pub(crate) fn deny_leaky(
         limit: u32,
-        room: u64,
         shift: i32,
         word: u64,
         now: u64,
@@ -149,8 +148,7 @@ impl Decision {
             allowed: false,
             leaky: true,
             limit,
-            // room < 2^24 (at most the burst in thousandths).
-            room: (u64::from(shift as u32) << 32) | room,
+            room: u64::from(shift as u32),
             per: per_rate,
             reset_after: now,
             wait: word,
@@ -162,7 +160,7 @@ impl Decision {
     fn leaky_times(&self) -> (u64, u64) {
         crate::algorithm::leaky_denial_times(
             self.wait,
-            (self.room >> 32) as u32 as i32,
+            self.room as u32 as i32,
             self.reset_after,
             self.per,
         )
@@ -229,8 +227,12 @@ impl Decision {
     #[inline]
     pub fn remaining(&self) -> u32 {
         if self.leaky {
-            // Thousandths of a request, in the low 32 bits.
-            return (self.room as u32) / 1_000;
+            return crate::algorithm::leaky_denial_remaining(
+                self.wait,
+                self.reset_after,
+                self.per,
+                self.limit,
+            );
         }
         // At most `limit` by construction; saturate rather than wrap if an
         // algorithm ever broke that.

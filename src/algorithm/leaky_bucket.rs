@@ -203,6 +203,20 @@ fn until_ms(ms: u64, now: u64) -> u64 {
     (ms * NANOS_PER_MS).saturating_sub(now)
 }
 
+/// The level `slot` has drained to at `now_ms` at `rate`, in thousandths,
+/// floored at one request below empty (a new key's level), and the `last`
+/// an update at `now_ms` stores.
+#[inline]
+fn drained(rate: u64, slot: Slot, now_ms: u64) -> (i64, u64) {
+    // A step back counts as no time elapsed and keeps `last`.
+    let ms = now_ms.saturating_sub(slot.last_ms);
+    // Saturation is harmless: any leak past the excess floors.
+    // leak <= u64::MAX / 1000 < i64::MAX.
+    let leak = rate.saturating_mul(ms) / UNIT;
+    let level = (slot.excess as i64 - leak as i64).max(-(UNIT as i64));
+    (level, if ms != 0 { now_ms } else { slot.last_ms })
+}
+
 impl LeakyBucket {
     /// The largest burst the packed state supports.
     ///
@@ -239,13 +253,7 @@ impl LeakyBucket {
     /// update at `now_ms` stores.
     #[inline]
     fn drained(&self, slot: Slot, now_ms: u64) -> (i64, u64) {
-        // A step back counts as no time elapsed and keeps `last`.
-        let ms = now_ms.saturating_sub(slot.last_ms);
-        // Saturation is harmless: any leak past the excess floors.
-        // leak <= u64::MAX / 1000 < i64::MAX.
-        let leak = self.rate.saturating_mul(ms) / UNIT;
-        let level = (slot.excess as i64 - leak as i64).max(-(UNIT as i64));
-        (level, if ms != 0 { now_ms } else { slot.last_ms })
+        drained(self.rate, slot, now_ms)
     }
 
     /// The pure decision core: given the stored word, decide a request of
@@ -258,6 +266,38 @@ impl LeakyBucket {
     // the loads that read it back (measured: the denial 5-15 ns slower).
     #[inline(always)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        // A denial first, decided without draining. The request is denied
+        // iff its excess, `stored - leak + 1000 x cost`, exceeds the burst
+        // (the floors below cannot matter then), that is iff the leak falls
+        // short of `need`; `leak = rate x ms / 1000` (truncated) reaches it
+        // first after `drain_ms(need)` ms, so the request is denied iff
+        // `now_ms < last_ms + drain_ms(need)` (a step back, `now_ms <
+        // last_ms`, counts as no time elapsed: denied too, as drain_ms >= 1
+        // for need >= 1). That millisecond is the retry time's, and the
+        // test compares it with the reading in nanoseconds: the state's
+        // chain of arithmetic runs alongside the clock's, which the
+        // comparison alone then waits for. The decision keeps what its
+        // accessors need to derive the rest (see `Decision::deny_leaky`).
+        if let Some(slot) = Slot::unpack(word) {
+            // cost <= MAX_BURST + 1 and burst, excess < 2^24: small.
+            let need = (slot.excess + UNIT * u64::from(cost)) as i64 - self.burst as i64;
+            if need > 0 {
+                let fits_ms = slot.last_ms + drain_ms(self.per_rate, need as u64);
+                // floor(now / 10^6), clamped at MAX_MS, is below `fits_ms`.
+                let denied = fits_ms > MAX_MS
+                    || fits_ms
+                        .checked_mul(NANOS_PER_MS)
+                        .is_none_or(|fits| now < fits);
+                if denied {
+                    // `UNIT * cost - burst` fits an i32: cost <= MAX_BURST + 1
+                    // and burst <= 1000 * MAX_BURST, both below 2^24.
+                    let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
+                    let decision =
+                        Decision::deny_leaky(self.capacity, shift as i32, word, now, self.per_rate);
+                    return (decision, word);
+                }
+            }
+        }
         let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
         let stored = Slot::unpack(word);
         // The level the drain leaves at now_ms, in thousandths, floored at
@@ -301,22 +341,12 @@ impl LeakyBucket {
                 record.unwrap_or(word),
             )
         } else {
-            // Only a known key can be denied (a new key's first request
-            // leaves at most 1000 * (capacity - 1) = burst), so `word` is a
-            // slot's; `denial_times` reads a 0 as a fresh slot at `now`.
-            let room = (self.burst as i64 - level).max(0) as u64;
-            // The retry and reset times (two divisions by the rate and two
-            // conversions from milliseconds) are left to the accessors,
-            // which compute them from what is stored here with
-            // [`denial_times`]: a flood of denials does not pay for them.
-            // `UNIT * cost - burst` fits an i32: cost <= MAX_BURST + 1 and
-            // burst <= 1000 * MAX_BURST, both below 2^24. Storing this
-            // rather than what the cost overshoots by leaves the addition of
-            // the excess and the floor at zero to the accessor too (storing
-            // the overshoot measured 0.5 ns slower on the denial).
+            // Unreachable: the test above denies every request this would
+            // (see there). Kept as the same denial, should the two ever
+            // disagree, rather than an admission past the burst.
             let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
             let decision =
-                Decision::deny_leaky(self.capacity, room, shift as i32, word, now, self.per_rate);
+                Decision::deny_leaky(self.capacity, shift as i32, word, now, self.per_rate);
             (decision, word)
         }
     }
@@ -360,6 +390,18 @@ pub(crate) fn denial_times(word: u64, shift: i32, now: u64, per_rate: Divisor) -
     let over = (slot.excess as i64 + i64::from(shift)).max(0) as u64;
     let retry = until_ms(slot.last_ms + drain_ms(per_rate, over), now);
     (reset, retry)
+}
+
+/// A denial's `remaining` from what the check stored in its [`Decision`]
+/// (see [`denial_times`]): the room the slot `word` has left at `now`
+/// below the burst of a bucket of `capacity`, in whole requests.
+pub(crate) fn denial_remaining(word: u64, now: u64, per_rate: Divisor, capacity: u32) -> u32 {
+    let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
+    let level =
+        Slot::unpack(word).map_or(-(UNIT as i64), |slot| drained(per_rate.d, slot, now_ms).0);
+    // capacity = burst + 1, and burst <= MAX_BURST: small.
+    let burst = (u64::from(capacity) - 1) * UNIT;
+    ((burst as i64 - level).max(0) as u64 / UNIT) as u32
 }
 
 impl super::DecideWord for LeakyBucket {
@@ -481,8 +523,8 @@ mod tests {
         Slot::unpack(state.load(Ordering::Relaxed))
     }
 
-    /// A denial's times, derived when asked from what the decision keeps,
-    /// equal the direct formulas at the packing's extremes: the largest
+    /// A denial's times and `remaining`, derived when asked from what the
+    /// decision keeps, equal the direct formulas at the packing's extremes: the largest
     /// burst and the slowest and fastest rates, a cost of one and of the
     /// whole capacity, an empty and a full excess, `last` at 0 and at the
     /// last millisecond the word holds, `now` before and far after it.
@@ -506,11 +548,14 @@ mod tests {
                                 until_ms(last_ms + drain_ms(lb.per_rate, excess + UNIT), now),
                                 until_ms(last_ms + drain_ms(lb.per_rate, over), now),
                             );
-                            let room = lb.burst.saturating_sub(excess);
+                            // The room below the burst at `now`, after the
+                            // drain since `last`.
+                            let now_ms = (now / MS).min(MAX_MS);
+                            let level = lb.drained(slot, now_ms).0;
+                            let room = (lb.burst as i64 - level).max(0) as u64;
                             let shift = (UNIT * u64::from(cost)) as i64 - lb.burst as i64;
                             let d = Decision::deny_leaky(
                                 lb.capacity,
-                                room,
                                 shift as i32,
                                 slot.pack(),
                                 now,
