@@ -50,21 +50,19 @@ use std::time::Duration;
 /// by [`remaining`](Decision::remaining) rather than by the check, so a
 /// caller that only asks [`is_allowed`](Decision::is_allowed) never pays for
 /// it; likewise a leaky bucket's denial leaves its retry and reset times
-/// (two divisions by the drain rate) to
-/// [`retry_after`](Decision::retry_after) and
-/// [`reset_after`](Decision::reset_after). Every accessor returns the same
+/// (two divisions by the drain rate) and its `remaining` (the drain since
+/// the last admission) to [`retry_after`](Decision::retry_after),
+/// [`reset_after`](Decision::reset_after) and
+/// [`remaining`](Decision::remaining), and a sliding window counter's
+/// denial in the stored window leaves all three (a division by a count) to
+/// them. Every accessor returns the same
 /// value whenever it is called, and two decisions are equal when every
 /// accessor agrees.
 #[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
-    /// A leaky bucket's denial whose `remaining` and times are computed
-    /// when asked: then `room` holds the cost less the burst in
-    /// thousandths (an `i32`), `per` the drain rate, `reset_after` the
-    /// check's reading and `wait` the slot word it was denied on (see
-    /// [`leaky_denial_times`](crate::algorithm::leaky_denial_times) and
-    /// [`leaky_denial_remaining`](crate::algorithm::leaky_denial_remaining)).
-    leaky: bool,
+    /// Which fields are derived when asked (see [`Lazy`]).
+    lazy: Lazy,
     limit: u32,
     /// `remaining` before the division by `per`: nanoseconds of room for the
     /// token bucket, a count (with `per` one) for the others. The quotient
@@ -75,6 +73,25 @@ pub struct Decision {
     /// When allowed: the delay before the request proceeds (leaky bucket,
     /// delay mode). When denied: the retry time. The two never coexist.
     wait: u64,
+}
+
+/// A decision whose fields are derived when asked, from what the check kept.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lazy {
+    /// Every field is stored (`remaining` may still be a division).
+    No,
+    /// A leaky bucket's denial: `room` holds the cost less the burst in
+    /// thousandths (an `i32`), `per` the drain rate, `reset_after` the
+    /// check's reading and `wait` the slot word it was denied on (see
+    /// [`leaky_denial_times`](crate::algorithm::leaky_denial_times) and
+    /// [`leaky_denial_remaining`](crate::algorithm::leaky_denial_remaining)).
+    LeakyDenial,
+    /// A sliding window counter's denial in the stored window: `room`
+    /// holds the cost (low 32 bits) and the counter's count width (high),
+    /// `per` the division by its period, `reset_after` the check's reading
+    /// and `wait` the state word it was denied on (see
+    /// [`counter_denial`](crate::algorithm::counter_denial)).
+    CounterDenial,
 }
 
 impl Decision {
@@ -90,7 +107,7 @@ impl Decision {
     pub(crate) fn allow_per(limit: u32, room: u64, per: Divisor, reset_after: u64) -> Decision {
         Decision {
             allowed: true,
-            leaky: false,
+            lazy: Lazy::No,
             limit,
             room,
             per,
@@ -122,7 +139,7 @@ impl Decision {
     ) -> Decision {
         Decision {
             allowed: false,
-            leaky: false,
+            lazy: Lazy::No,
             limit,
             room,
             per,
@@ -146,13 +163,49 @@ impl Decision {
     ) -> Decision {
         Decision {
             allowed: false,
-            leaky: true,
+            lazy: Lazy::LeakyDenial,
             limit,
             room: u64::from(shift as u32),
             per: per_rate,
             reset_after: now,
             wait: word,
         }
+    }
+
+    /// A sliding window counter's denial whose `remaining`, `reset_after`
+    /// and `retry_after` are derived when asked, by the counter of `limit`,
+    /// `count_bits` and the period `per_period` divides by, deciding `cost`
+    /// on `word` at `now` again with every field computed.
+    #[inline]
+    pub(crate) fn deny_counter(
+        limit: u32,
+        cost: u32,
+        count_bits: u32,
+        per_period: Divisor,
+        now: u64,
+        word: u64,
+    ) -> Decision {
+        Decision {
+            allowed: false,
+            lazy: Lazy::CounterDenial,
+            limit,
+            room: u64::from(count_bits) << 32 | u64::from(cost),
+            per: per_period,
+            reset_after: now,
+            wait: word,
+        }
+    }
+
+    /// A lazy counter denial, computed whole.
+    fn counter_denial(&self) -> Decision {
+        crate::algorithm::counter_denial(
+            self.limit,
+            self.room as u32,
+            (self.room >> 32) as u32,
+            self.per,
+            self.reset_after,
+            self.wait,
+        )
     }
 
     /// A leaky denial's `(reset_after, retry_after)`.
@@ -178,7 +231,7 @@ impl Decision {
     ) -> Decision {
         Decision {
             allowed,
-            leaky: false,
+            lazy: Lazy::No,
             limit,
             room: u64::from(remaining),
             per: Divisor::ONE,
@@ -226,13 +279,17 @@ impl Decision {
     /// Requests of cost 1 that could pass right after this decision.
     #[inline]
     pub fn remaining(&self) -> u32 {
-        if self.leaky {
-            return crate::algorithm::leaky_denial_remaining(
-                self.wait,
-                self.reset_after,
-                self.per,
-                self.limit,
-            );
+        match self.lazy {
+            Lazy::No => {}
+            Lazy::LeakyDenial => {
+                return crate::algorithm::leaky_denial_remaining(
+                    self.wait,
+                    self.reset_after,
+                    self.per,
+                    self.limit,
+                );
+            }
+            Lazy::CounterDenial => return self.counter_denial().remaining(),
         }
         // At most `limit` by construction; saturate rather than wrap if an
         // algorithm ever broke that.
@@ -248,10 +305,11 @@ impl Decision {
     /// [`reset_after`](Decision::reset_after) in nanoseconds.
     #[inline]
     pub fn reset_after_nanos(&self) -> u64 {
-        if self.leaky {
-            return self.leaky_times().0;
+        match self.lazy {
+            Lazy::No => self.reset_after,
+            Lazy::LeakyDenial => self.leaky_times().0,
+            Lazy::CounterDenial => self.counter_denial().reset_after,
         }
-        self.reset_after
     }
 
     /// On a denial, the time after which the same request would pass;
@@ -265,11 +323,12 @@ impl Decision {
     #[inline]
     pub fn retry_after_nanos(&self) -> u64 {
         if self.allowed {
-            0
-        } else if self.leaky {
-            self.leaky_times().1
-        } else {
-            self.wait
+            return 0;
+        }
+        match self.lazy {
+            Lazy::No => self.wait,
+            Lazy::LeakyDenial => self.leaky_times().1,
+            Lazy::CounterDenial => self.counter_denial().wait,
         }
     }
 

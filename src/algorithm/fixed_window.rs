@@ -338,6 +338,19 @@ impl WindowTag {
         }
     }
 
+    /// The tags of [`new`](Self::new)`(bits, period)`, from the division
+    /// by the period that it made (no division here).
+    pub(super) fn from_divisor(bits: u32, per_period: Divisor) -> WindowTag {
+        // Divisor::new(period) keeps u64::MAX / period, which `new` computes.
+        let last = per_period.m;
+        WindowTag {
+            bits,
+            last,
+            per_period,
+            whole: last < 1u64 << bits,
+        }
+    }
+
     /// The index of the window `now` is in: `now / period`.
     #[inline]
     pub(super) fn window_of(&self, now: u64) -> u64 {
@@ -403,6 +416,31 @@ mod tests {
     fn window(limit: u32, period: u64) -> FixedWindow {
         let quota = Quota::with_period(limit, Duration::from_nanos(period)).unwrap();
         FixedWindow::from_quota(&quota).unwrap()
+    }
+
+    /// Tags rebuilt from the period's divisor (a deferred denial's) are the
+    /// tags built from the period.
+    #[test]
+    fn tags_from_the_divisor_equal_tags_from_the_period() {
+        for period in [
+            1,
+            2,
+            3,
+            999,
+            1 << 20,
+            60_000_000_000,
+            1 << 40,
+            u64::MAX / 3,
+            u64::MAX,
+        ] {
+            for bits in [1, 2, 24, 40, 62, 63] {
+                assert_eq!(
+                    WindowTag::from_divisor(bits, Divisor::new(period)),
+                    WindowTag::new(bits, period),
+                    "period {period} bits {bits}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub(crate) use leaky_bucket::denial_times as leaky_denial_times;
 pub(crate) use sharded::home_index;
 pub use sharded::{Sharded, ShardedState, Splittable};
 pub use sliding_window_counter::SlidingWindowCounter;
+pub(crate) use sliding_window_counter::denial as counter_denial;
 pub use sliding_window_log::{SlidingWindowLog, WindowLog};
 pub use token_bucket::TokenBucket;
 

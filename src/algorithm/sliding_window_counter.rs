@@ -19,7 +19,7 @@
 //! measurement on a bursty synthetic trace.
 
 use super::fixed_window::{WindowTag, bits_for};
-use super::{Algorithm, check_cost, update_word};
+use super::{Algorithm, Divisor, check_cost, update_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 
@@ -194,6 +194,42 @@ impl SlidingWindowCounter {
     // the loads that read it back (measured: the denial 5-15 ns slower).
     #[inline(always)]
     pub(crate) fn decide(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        // A denial in the stored window first: when the current count alone
+        // leaves no room for the cost, the weighted estimate (at least the
+        // current count) leaves none either. Where tags keep the whole
+        // window index, whether `now` is still in the stored window takes a
+        // multiplication on the stored word instead of a division of the
+        // reading (as the fixed window's denial does), and the decision's
+        // other fields (a division by a count for the retry time) are
+        // derived when asked, by `decide_eager` from what the decision keeps
+        // (see `Decision::deny_counter`): a flood of denials pays for none.
+        let b = self.count_bits;
+        let current = (word >> b) & ((1 << b) - 1);
+        if cost > 0 && current + u64::from(cost) > u64::from(self.limit) {
+            if let Some(stored) = self.tag.exact(word >> (2 * b)) {
+                // A window ending past u64::MAX nanoseconds holds every `now`.
+                let in_window = (stored + 1)
+                    .checked_mul(self.period)
+                    .is_none_or(|end| now < end);
+                if in_window {
+                    let decision = Decision::deny_counter(
+                        self.limit,
+                        cost,
+                        self.count_bits,
+                        self.tag.per_period(),
+                        now,
+                        word,
+                    );
+                    return (decision, word);
+                }
+            }
+        }
+        self.decide_eager(word, now, cost)
+    }
+
+    /// [`decide`](Self::decide) with every field of the decision computed.
+    #[inline(always)]
+    fn decide_eager(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         let counts = self.counts_at(word, self.tag.window_of(now));
         let (period, limit) = (u128::from(self.period), u64::from(self.limit));
         // The window's start fits: window <= u64::MAX / period.
@@ -354,6 +390,26 @@ impl super::Adjust for SlidingWindowCounter {
             ..*self
         })
     }
+}
+
+/// A denial that [`SlidingWindowCounter::decide`] left to be derived when
+/// asked, computed whole: the counter of `limit`, `count_bits` and the
+/// period `per_period` divides by, deciding `cost` on `word` at `now`.
+pub(crate) fn denial(
+    limit: u32,
+    cost: u32,
+    count_bits: u32,
+    per_period: Divisor,
+    now: u64,
+    word: u64,
+) -> Decision {
+    let counter = SlidingWindowCounter {
+        limit,
+        period: per_period.d,
+        count_bits,
+        tag: WindowTag::from_divisor(u64::BITS - 2 * count_bits, per_period),
+    };
+    counter.decide_eager(word, now, cost).0
 }
 
 impl super::DecideWord for SlidingWindowCounter {
