@@ -85,13 +85,15 @@ use std::mem::ManuallyDrop;
 ///
 /// # Memory per key
 ///
-/// On a 64-bit target, 80 bytes inline (the ring's header, the running
-/// sum and the latest reading, and the four words of the denial's summary,
-/// one of which is the lock) plus 16 bytes per ring slot on the heap.
-/// The ring starts empty and unallocated, and grows only as requests arrive,
-/// doubling from 4 slots and capped at `limit` slots: at most
-/// `80 + 16 x limit` bytes, reached only when `limit` requests at distinct
-/// times fall in one window. A key whose log has emptied is idle, and a
+/// On a 64-bit target, 80 bytes inline (the ring's header, which holds the
+/// first entry itself, the running sum and the latest reading, and the four
+/// words of the denial's summary, one of which is the lock) plus 16 bytes
+/// per ring slot on the heap. A key with one admission time in its window
+/// (a client seen once; any key of a limit of 1) allocates nothing; a
+/// second entry at a distinct time allocates the ring, which grows only as
+/// requests arrive, doubling from 4 slots and capped at `limit` slots: at
+/// most `80 + 16 x limit` bytes, reached only when `limit` requests at
+/// distinct times fall in one window. A key whose log has emptied is idle, and a
 /// keyed limiter's sweep frees it entirely.
 ///
 /// # Time going backwards
@@ -371,7 +373,7 @@ struct Log {
     /// `latest`), each with a cost of at least 1. Entries expired since the
     /// last check linger until the next one drops them; all were in the
     /// window at the last admission, so there are at most `limit` of them.
-    entries: VecDeque<Entry>,
+    entries: Entries,
     /// The sum of the entries' costs: at most `limit`.
     used: u32,
     /// The latest reading a check holding the lock has seen (0 if none).
@@ -379,6 +381,134 @@ struct Log {
     /// counts as this one: it must not see a window the log no longer
     /// holds. The log's clock is this or, if later, `Hint::seen`.
     latest: u64,
+}
+
+/// The log's entries, oldest first: the first one inline, so that a key
+/// with one admission time in its window (a client seen once, or any key
+/// of a limit of 1) allocates nothing; a second entry at a distinct time
+/// moves them to a ring on the heap, which grows by doubling from 4 slots
+/// up to `limit` slots and is kept (a keyed limiter's sweep frees an idle
+/// key whole).
+#[derive(Debug)]
+enum Entries {
+    Inline(Option<Entry>),
+    Ring(VecDeque<Entry>),
+}
+
+/// The entries of either kind, oldest first.
+type EntriesIter<'a> =
+    std::iter::Chain<std::option::Iter<'a, Entry>, std::collections::vec_deque::Iter<'a, Entry>>;
+
+/// The ring of an inline log, to iterate both kinds as one type.
+static NO_RING: VecDeque<Entry> = VecDeque::new();
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries::Inline(None)
+    }
+}
+
+impl Entries {
+    /// Room for `count` entries (restoring a snapshot).
+    fn with_capacity(count: usize) -> Entries {
+        if count <= 1 {
+            Entries::Inline(None)
+        } else {
+            Entries::Ring(VecDeque::with_capacity(count))
+        }
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Entry> {
+        match self {
+            Entries::Inline(entry) => entry.as_ref(),
+            Entries::Ring(ring) => ring.front(),
+        }
+    }
+
+    #[inline]
+    fn back(&self) -> Option<&Entry> {
+        match self {
+            Entries::Inline(entry) => entry.as_ref(),
+            Entries::Ring(ring) => ring.back(),
+        }
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Entry> {
+        match self {
+            Entries::Inline(entry) => entry.as_mut(),
+            Entries::Ring(ring) => ring.front_mut(),
+        }
+    }
+
+    #[inline]
+    fn back_mut(&mut self) -> Option<&mut Entry> {
+        match self {
+            Entries::Inline(entry) => entry.as_mut(),
+            Entries::Ring(ring) => ring.back_mut(),
+        }
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<Entry> {
+        match self {
+            Entries::Inline(entry) => entry.take(),
+            Entries::Ring(ring) => ring.pop_front(),
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Entries::Inline(entry) => usize::from(entry.is_some()),
+            Entries::Ring(ring) => ring.len(),
+        }
+    }
+
+    /// Oldest first.
+    #[inline]
+    fn iter(&self) -> EntriesIter<'_> {
+        match self {
+            Entries::Inline(entry) => entry.iter().chain(NO_RING.iter()),
+            Entries::Ring(ring) => None.iter().chain(ring.iter()),
+        }
+    }
+
+    /// Appends `entry`, the newest; a log of `limit` never holds more than
+    /// `limit` entries, so the ring never grows past that.
+    #[inline]
+    fn push_back(&mut self, entry: Entry, limit: u32) {
+        match self {
+            Entries::Inline(slot @ None) => *slot = Some(entry),
+            Entries::Inline(Some(first)) => {
+                let first = *first;
+                let mut ring = VecDeque::with_capacity(4.min(limit as usize).max(2));
+                ring.push_back(first);
+                ring.push_back(entry);
+                *self = Entries::Ring(ring);
+            }
+            Entries::Ring(ring) => {
+                if ring.len() == ring.capacity() {
+                    // Grow by doubling, but never past `limit` slots: the log
+                    // can never hold more live entries than that.
+                    let len = ring.len();
+                    let target = (len * 2).max(4).min(limit as usize).max(len + 1);
+                    ring.reserve_exact(target - len);
+                }
+                ring.push_back(entry);
+            }
+        }
+    }
+
+    /// The ring's slots on the heap (0 while inline).
+    #[cfg(test)]
+    fn heap_capacity(&self) -> usize {
+        match self {
+            Entries::Inline(_) => 0,
+            Entries::Ring(ring) => ring.capacity(),
+        }
+    }
 }
 
 /// One admission time and the cost admitted at it.
@@ -491,14 +621,7 @@ impl SlidingWindowLog {
                 return;
             }
         }
-        if log.entries.len() == log.entries.capacity() {
-            // Grow by doubling, but never past `limit` slots: the log can
-            // never hold more live entries than that.
-            let len = log.entries.len();
-            let target = (len * 2).max(4).min(self.limit as usize).max(len + 1);
-            log.entries.reserve_exact(target - len);
-        }
-        log.entries.push_back(Entry { at, cost });
+        log.entries.push_back(Entry { at, cost }, self.limit);
     }
 }
 
@@ -574,7 +697,7 @@ impl SlidingWindowLog {
         out.extend(state.latest(&log).to_le_bytes());
         // At most `limit` entries, a u32.
         out.extend((log.entries.len() as u32).to_le_bytes());
-        for entry in &log.entries {
+        for entry in log.entries.iter() {
             out.extend(entry.at.to_le_bytes());
             out.extend(entry.cost.to_le_bytes());
         }
@@ -592,7 +715,7 @@ impl SlidingWindowLog {
         }
         let latest = u64::from_le_bytes(*latest);
         let mut log = Log {
-            entries: VecDeque::with_capacity(count as usize),
+            entries: Entries::with_capacity(count as usize),
             used: 0,
             latest: super::moved_time(latest, then, now),
         };
@@ -611,7 +734,7 @@ impl SlidingWindowLog {
             let at = super::moved_time(at, then, now);
             match log.entries.back_mut() {
                 Some(last) if last.at == at => last.cost += cost,
-                _ => log.entries.push_back(Entry { at, cost }),
+                _ => log.entries.push_back(Entry { at, cost }, self.limit),
             }
             rest = tail;
         }
@@ -877,17 +1000,17 @@ mod tests {
     fn ring_grows_lazily_and_never_past_limit() {
         let swl = log(6, 1_000);
         let state = swl.new_state();
-        assert_eq!(state.lock().entries.capacity(), 0);
+        assert_eq!(state.lock().entries.heap_capacity(), 0);
         for t in 0..6 {
             assert!(swl.check(&state, t, 1).unwrap().is_allowed());
-            let cap = state.lock().entries.capacity();
+            let cap = state.lock().entries.heap_capacity();
             assert!(cap <= 6, "capacity {cap} after {} entries", t + 1);
         }
         assert!(!swl.check(&state, 6, 1).unwrap().is_allowed());
         // Steady traffic reuses the ring.
         for t in 1_000..1_100 {
             swl.check(&state, t, 1).unwrap();
-            assert!(state.lock().entries.capacity() <= 6);
+            assert!(state.lock().entries.heap_capacity() <= 6);
         }
     }
 
