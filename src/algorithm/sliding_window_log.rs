@@ -996,6 +996,19 @@ mod tests {
         }
     }
 
+    /// A limit of 1 never needs a ring: its one entry stays inline.
+    #[test]
+    fn a_limit_of_one_never_allocates_a_ring() {
+        let swl = log(1, 100);
+        let state = swl.new_state();
+        for t in (0..1_000).step_by(7) {
+            swl.check(&state, t, 1).unwrap();
+            assert_eq!(state.lock().entries.heap_capacity(), 0, "at {t}");
+        }
+        // Admitted every 105 ns (the first multiple of 7 at least 100 later).
+        assert_eq!(entries(&state), vec![(945, 1)]);
+    }
+
     #[test]
     fn ring_grows_lazily_and_never_past_limit() {
         let swl = log(6, 1_000);
@@ -1005,6 +1018,8 @@ mod tests {
             assert!(swl.check(&state, t, 1).unwrap().is_allowed());
             let cap = state.lock().entries.heap_capacity();
             assert!(cap <= 6, "capacity {cap} after {} entries", t + 1);
+            // The first entry is inline; the second allocates the ring.
+            assert_eq!(cap == 0, t == 0, "capacity {cap} after {} entries", t + 1);
         }
         assert!(!swl.check(&state, 6, 1).unwrap().is_allowed());
         // Steady traffic reuses the ring.
