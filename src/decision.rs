@@ -86,6 +86,11 @@ enum Lazy {
     /// [`leaky_denial_times`](crate::algorithm::leaky_denial_times) and
     /// [`leaky_denial_remaining`](crate::algorithm::leaky_denial_remaining)).
     LeakyDenial,
+    /// A leaky bucket's admission of a cost: `room` holds the slot word
+    /// it stored, `per` the drain rate and `reset_after` the check's reading
+    /// (see [`leaky_admission_fields`](crate::algorithm::leaky_admission_fields));
+    /// `wait` is the delay, as for any admission.
+    LeakyAdmission,
     /// A sliding window counter's denial in the stored window: `room`
     /// holds the cost (low 32 bits) and the counter's count width (high),
     /// `per` the division by its period, `reset_after` the check's reading
@@ -170,6 +175,28 @@ impl Decision {
             reset_after: now,
             wait: word,
         }
+    }
+
+    /// A leaky bucket's admission (of a cost, not a probe) whose `remaining`
+    /// and `reset_after` are derived when asked from the slot `word` it
+    /// stored, the reading `now` and the drain rate `per_rate`; a delay is
+    /// added with [`with_delay`](Self::with_delay).
+    #[inline]
+    pub(crate) fn allow_leaky(limit: u32, word: u64, now: u64, per_rate: Divisor) -> Decision {
+        Decision {
+            allowed: true,
+            lazy: Lazy::LeakyAdmission,
+            limit,
+            room: word,
+            per: per_rate,
+            reset_after: now,
+            wait: 0,
+        }
+    }
+
+    /// A lazy leaky admission's `(remaining, reset_after)`.
+    fn leaky_admission(&self) -> (u32, u64) {
+        crate::algorithm::leaky_admission_fields(self.room, self.reset_after, self.per, self.limit)
     }
 
     /// A sliding window counter's denial whose `remaining`, `reset_after`
@@ -290,6 +317,7 @@ impl Decision {
                 );
             }
             Lazy::CounterDenial => return self.counter_denial().remaining(),
+            Lazy::LeakyAdmission => return self.leaky_admission().0,
         }
         // At most `limit` by construction; saturate rather than wrap if an
         // algorithm ever broke that.
@@ -309,6 +337,7 @@ impl Decision {
             Lazy::No => self.reset_after,
             Lazy::LeakyDenial => self.leaky_times().0,
             Lazy::CounterDenial => self.counter_denial().reset_after,
+            Lazy::LeakyAdmission => self.leaky_admission().1,
         }
     }
 
@@ -329,6 +358,8 @@ impl Decision {
             Lazy::No => self.wait,
             Lazy::LeakyDenial => self.leaky_times().1,
             Lazy::CounterDenial => self.counter_denial().wait,
+            // Admissions returned above.
+            Lazy::LeakyAdmission => 0,
         }
     }
 

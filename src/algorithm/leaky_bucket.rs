@@ -311,23 +311,6 @@ impl LeakyBucket {
         let excess = (level + (UNIT * u64::from(cost)) as i64).max(0) as u64;
 
         if excess <= self.burst {
-            let (after, record) = if cost > 0 {
-                let slot = Slot { excess, last_ms };
-                (Some(slot), Some(slot.pack()))
-            } else {
-                (stored, None)
-            };
-            // The level right after: `excess` if recorded, else the drained
-            // level; each further cost-1 request adds 1000.
-            let level_after = if record.is_some() {
-                excess as i64
-            } else {
-                level
-            };
-            // `remaining` is this room in whole requests, divided when asked.
-            let room = (self.burst as i64 - level_after) as u64;
-            let decision =
-                Decision::allow_per(self.capacity, room, PER_UNIT, self.reset(after, now));
             let over = excess.saturating_sub(self.delay);
             // No division for a request that is not delayed (nodelay mode,
             // or within the delay allowance).
@@ -336,10 +319,22 @@ impl LeakyBucket {
             } else {
                 self.per_rate.divide(over * UNIT)
             };
-            (
-                decision.with_delay(delay_ms * NANOS_PER_MS),
-                record.unwrap_or(word),
-            )
+            if cost > 0 {
+                // An admission: its `remaining` (the room below the burst)
+                // and reset time (a division by the drain rate) are derived
+                // when asked from the slot it stores (see
+                // `Decision::allow_leaky`).
+                let slot = Slot { excess, last_ms }.pack();
+                let decision = Decision::allow_leaky(self.capacity, slot, now, self.per_rate);
+                return (decision.with_delay(delay_ms * NANOS_PER_MS), slot);
+            }
+            // A probe (cost 0) records nothing: it reports the drained level
+            // (each further cost-1 request adds 1000); `remaining` is this
+            // room in whole requests, divided when asked.
+            let room = (self.burst as i64 - level) as u64;
+            let decision =
+                Decision::allow_per(self.capacity, room, PER_UNIT, self.reset(stored, now));
+            (decision.with_delay(delay_ms * NANOS_PER_MS), word)
         } else {
             // Unreachable: the test above denies every request this would
             // (see there). Kept as the same denial, should the two ever
@@ -390,6 +385,28 @@ pub(crate) fn denial_times(word: u64, shift: i32, now: u64, per_rate: Divisor) -
     let over = (slot.excess as i64 + i64::from(shift)).max(0) as u64;
     let retry = until_ms(slot.last_ms + drain_ms(per_rate, over), now);
     (reset, retry)
+}
+
+/// An admission's `(remaining, reset_after)` from what the check stored in
+/// its [`Decision`]: the slot `word` it stored, the reading `now`, the
+/// drain rate and the bucket's `capacity`. The values the check would have
+/// computed: the room the admission left below the burst, in whole
+/// requests, and the time until the slot (this request included) drains.
+pub(crate) fn admission_fields(
+    word: u64,
+    now: u64,
+    per_rate: Divisor,
+    capacity: u32,
+) -> (u32, u64) {
+    // An admission stores a known key's slot, never 0.
+    let Some(slot) = Slot::unpack(word) else {
+        return (capacity, 0);
+    };
+    // capacity = burst + 1, and burst <= MAX_BURST: small.
+    let burst = (u64::from(capacity) - 1) * UNIT;
+    let remaining = (burst.saturating_sub(slot.excess) / UNIT) as u32;
+    let reset = until_ms(slot.last_ms + drain_ms(per_rate, slot.excess + UNIT), now);
+    (remaining, reset)
 }
 
 /// A denial's `remaining` from what the check stored in its [`Decision`]

@@ -20,6 +20,7 @@ pub use adjustable::{Adjust, Adjustable};
 pub use any::{AlgorithmError, AlgorithmKind, AnyAlgorithm, AnyState, UnknownAlgorithm};
 pub use fixed_window::FixedWindow;
 pub use leaky_bucket::LeakyBucket;
+pub(crate) use leaky_bucket::admission_fields as leaky_admission_fields;
 pub(crate) use leaky_bucket::denial_remaining as leaky_denial_remaining;
 pub(crate) use leaky_bucket::denial_times as leaky_denial_times;
 #[cfg(feature = "tower")]
