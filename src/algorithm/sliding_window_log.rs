@@ -396,11 +396,7 @@ enum Entries {
 }
 
 /// The entries of either kind, oldest first.
-type EntriesIter<'a> =
-    std::iter::Chain<std::option::Iter<'a, Entry>, std::collections::vec_deque::Iter<'a, Entry>>;
-
-/// The ring of an inline log, to iterate both kinds as one type.
-static NO_RING: VecDeque<Entry> = VecDeque::new();
+type EntriesIter<'a> = std::iter::Chain<std::slice::Iter<'a, Entry>, std::slice::Iter<'a, Entry>>;
 
 impl Default for Entries {
     fn default() -> Self {
@@ -469,10 +465,12 @@ impl Entries {
     /// Oldest first.
     #[inline]
     fn iter(&self) -> EntriesIter<'_> {
-        match self {
-            Entries::Inline(entry) => entry.iter().chain(NO_RING.iter()),
-            Entries::Ring(ring) => None.iter().chain(ring.iter()),
-        }
+        // As a ring's own iterator does: its two slices, one after the other.
+        let (first, second) = match self {
+            Entries::Inline(entry) => (entry.as_slice(), &[][..]),
+            Entries::Ring(ring) => ring.as_slices(),
+        };
+        first.iter().chain(second)
     }
 
     /// Appends `entry`, the newest; a log of `limit` never holds more than
@@ -544,9 +542,33 @@ impl SlidingWindowLog {
     /// in pieces the CPU could not forward to the loads reading it back.
     #[inline(always)]
     fn decide(&self, log: &Log, latest: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
+        // One decision per kind of storage, so that the walk below runs on
+        // the kind's own iterator.
+        match &log.entries {
+            Entries::Ring(ring) => {
+                self.decide_on(ring.iter(), ring.back(), log.used, latest, now, cost)
+            }
+            Entries::Inline(entry) => {
+                self.decide_on(entry.iter(), entry.as_ref(), log.used, latest, now, cost)
+            }
+        }
+    }
+
+    /// [`decide`](Self::decide) on the log's entries, oldest first, with
+    /// its newest entry and `used`.
+    #[inline(always)]
+    fn decide_on<'a>(
+        &self,
+        entries: impl Iterator<Item = &'a Entry>,
+        newest: Option<&Entry>,
+        used: u32,
+        latest: u64,
+        now: u64,
+        cost: u32,
+    ) -> (Decision, Option<u64>) {
         let at = now.max(latest);
-        let mut live = log.entries.iter().peekable();
-        let mut used = log.used;
+        let mut live = entries.peekable();
+        let mut used = used;
         while let Some(entry) = live.next_if(|e| self.expired(e.at, at)) {
             used -= entry.cost;
         }
@@ -554,7 +576,7 @@ impl SlidingWindowLog {
         let used = u64::from(used);
         let after = used + u64::from(cost);
         let limit = u64::from(self.limit);
-        let newest = log.entries.back().filter(|e| !self.expired(e.at, at));
+        let newest = newest.filter(|e| !self.expired(e.at, at));
         // Cost 0 is a probe: admitted even over a limit cut at run time.
         if after <= limit || cost == 0 {
             let newest = if cost > 0 {
