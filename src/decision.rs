@@ -53,9 +53,10 @@ use std::time::Duration;
 /// (two divisions by the drain rate) and its `remaining` (the drain since
 /// the last admission) to [`retry_after`](Decision::retry_after),
 /// [`reset_after`](Decision::reset_after) and
-/// [`remaining`](Decision::remaining), and a sliding window counter's
-/// denial in the stored window leaves all three (a division by a count) to
-/// them. Every accessor returns the same
+/// [`remaining`](Decision::remaining), its admission of a cost leaves its
+/// `remaining` and reset time (a division by the drain rate) to them, and a
+/// sliding window counter's denial in the stored window leaves all three (a
+/// division by a count) to them. Every accessor returns the same
 /// value whenever it is called, and two decisions are equal when every
 /// accessor agrees.
 #[derive(Clone, Copy)]

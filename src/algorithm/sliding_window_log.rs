@@ -41,7 +41,8 @@
 //! of loads and stores, with no call out and no system call, so parking
 //! the thread would cost more than the wait. While the ring grows (at most
 //! `log2(limit)` times per key, by doubling) it also holds one
-//! reallocation of the ring.
+//! reallocation of the ring, and a snapshot holds it while it copies the
+//! log out.
 //!
 //! # Denials without the lock
 //!
@@ -214,9 +215,9 @@ const LOCKED: u64 = 1 << 32;
 /// thread holds the log's lock (and may rewrite them): making it odd with a
 /// compare-exchange *is* taking the lock, so a check that takes it pays one
 /// read-modify-write, and its release is a plain store of the next even
-/// number. All zeros (used 0) is a valid summary of any log: it denies
-/// nothing, so a new or restored log starts with it.
-#[derive(Debug, Default)]
+/// number. A state starts with its log's summary (all zeros for a new
+/// log), since a release that changed nothing rewrites only `used`.
+#[derive(Debug)]
 struct Hint {
     /// The sequence number in the high 32 bits, `used` in the low 32.
     seq_used: AtomicU64,
@@ -232,9 +233,20 @@ struct Hint {
 }
 
 impl WindowLog {
+    /// A state holding `log` (new, or restored from a snapshot), its
+    /// summary published: every later release rewrites the sequence word
+    /// with `used` but the ends only after a change, so the summary must
+    /// describe the log from the start. `seen` starts at the log's clock, as
+    /// a lock holder leaves it.
     fn with_log(log: Log) -> WindowLog {
+        let hint = Hint {
+            seq_used: AtomicU64::new(u64::from(log.used)),
+            oldest: AtomicU64::new(log.entries.front().map_or(0, |e| e.at)),
+            newest: AtomicU64::new(log.entries.back().map_or(0, |e| e.at)),
+            seen: AtomicU64::new(log.latest),
+        };
         WindowLog {
-            hint: Hint::default(),
+            hint,
             log: UnsafeCell::new(log),
             wait: LockWait::default(),
         }
@@ -252,9 +264,10 @@ impl WindowLog {
     /// and no further load).
     ///
     /// A thread that finds the lock held waits with [`Backoff`]: a few
-    /// spins, then a yield of its CPU per try. The lock is held for a
-    /// handful of loads and stores (and, while the ring grows, one
-    /// reallocation of at most `limit` entries), never across a call out.
+    /// spins, then a yield of its CPU per try. A check holds the lock for
+    /// a handful of loads and stores (and, while the ring grows, one
+    /// reallocation of at most `limit` entries); a snapshot holds it while
+    /// it copies the log out (12 bytes per entry).
     #[inline(always)]
     fn lock_from(&self, mut word: u64) -> LogGuard<'_> {
         let backoff = Backoff::new();
@@ -1029,6 +1042,28 @@ mod tests {
         }
         // Admitted every 105 ns (the first multiple of 7 at least 100 later).
         assert_eq!(entries(&state), vec![(945, 1)]);
+    }
+
+    /// A restored log's summary describes it from the start: a denial
+    /// without the lock after a locked one that changed nothing reports
+    /// the restored entries' times, as the lock holder would.
+    #[test]
+    fn a_restored_log_denies_without_the_lock_as_the_lock_holder_would() {
+        let swl = log(1, 100);
+        let state = swl.new_state();
+        assert!(swl.check(&state, 990, 1).unwrap().is_allowed());
+        let mut bytes = Vec::new();
+        swl.save_log(&state, &mut bytes);
+        // Restored at 50 on a clock that read 1 000 at the save: the entry
+        // moves to 40.
+        let restored = swl.load_log(&bytes, 1_000, 50).unwrap();
+        let d = swl.check(&restored, 50, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after_nanos(), 90);
+        // Denied from the summary: the entry at 40 leaves at 140.
+        let d = swl.check(&restored, 60, 1).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!((d.retry_after_nanos(), d.reset_after_nanos()), (80, 80));
     }
 
     #[test]
