@@ -1,7 +1,13 @@
 //! Threads racing on one key with the clock frozen: the token bucket admits
-//! exactly its burst, however the compare-exchanges interleave.
+//! exactly its burst, however the compare-exchanges interleave; every
+//! algorithm admits exactly its capacity, the sliding window log through
+//! its lock with more threads than cores (waiters spin, then yield).
 
-use rategate::{KeyedRateLimiter, ManualClock, Quota, RateLimiter, TokenBucket};
+use rategate::algorithm::Algorithm;
+use rategate::{
+    FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock, Quota, RateLimiter,
+    SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,4 +77,32 @@ fn weighted_costs_never_exceed_burst_and_fill_it() {
         }
     });
     assert_eq!(admitted, u64::from(BURST));
+}
+
+/// Every algorithm's state, raced by 8 threads (more than this machine's
+/// cores, so a lock holder is preempted while others wait), each check at
+/// a nanosecond of its own within the quota's window: exactly the capacity
+/// passes. For the sliding window log every admission is a new entry, so
+/// its ring grows, reallocating under the lock, as threads wait on it.
+fn every_check_at_its_own_time_admits_exactly_capacity<A: Algorithm>(quota: &Quota) {
+    let algorithm = A::from_quota(quota).unwrap();
+    let state = algorithm.new_state();
+    let admitted = race(|i| {
+        let now = 1_000_000 + i as u64;
+        u64::from(algorithm.check(&state, now, 1).unwrap().is_allowed())
+    });
+    assert_eq!(admitted, u64::from(algorithm.capacity()));
+    let after = algorithm.check(&state, 1_000_000, 1).unwrap();
+    assert!(!after.is_allowed(), "{after:?}");
+}
+
+#[test]
+fn every_algorithm_admits_exactly_its_capacity_under_contention() {
+    let windows = Quota::per_hour(BURST).unwrap();
+    let leaky: Quota = format!("100r/m burst={}", BURST - 1).parse().unwrap();
+    every_check_at_its_own_time_admits_exactly_capacity::<TokenBucket>(&quota());
+    every_check_at_its_own_time_admits_exactly_capacity::<FixedWindow>(&windows);
+    every_check_at_its_own_time_admits_exactly_capacity::<SlidingWindowCounter>(&windows);
+    every_check_at_its_own_time_admits_exactly_capacity::<SlidingWindowLog>(&windows);
+    every_check_at_its_own_time_admits_exactly_capacity::<LeakyBucket>(&leaky);
 }
