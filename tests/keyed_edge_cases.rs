@@ -1,6 +1,6 @@
 //! The keyed limiter's edges: a key whose `Clone` panics, two first checks
 //! of one key at the last free slot, sweeps racing a clock that steps back,
-//! unreasonable shard counts, and `len` against the key cap.
+//! unreasonable shard counts, `len` against the key cap, and hostile keys.
 
 use rategate::{
     Clock, KeyedRateLimiter, ManualClock, Overflow, Quota, QuotaError, SlidingWindowLog,
@@ -199,4 +199,55 @@ fn len_counts_keys_and_never_exceeds_the_cap() {
     assert_eq!(limiter.sweep(), 64);
     assert!(limiter.is_empty());
     assert!(clock.now() > 0);
+}
+
+/// Hostile keys (empty, a megabyte long, brace- and NUL-laden, invalid
+/// UTF-8 bytes as a key type of its own) are keys like any other: each is
+/// limited on its own, to exactly its quota, in every algorithm, and
+/// nothing panics.
+fn hostile_keys_are_limited_like_any_other<A: rategate::algorithm::Algorithm>() {
+    let clock = rategate::ManualClock::new();
+    let quota = Quota::per_minute(3).unwrap();
+    let capacity = A::from_quota(&quota).unwrap().capacity();
+    let limiter = KeyedRateLimiter::<String, A, _>::builder(quota)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let keys = [
+        String::new(),
+        "x".repeat(1 << 20),
+        "{}{{}}{0}%s%n\u{0}\r\n".to_string(),
+        "\u{202e}🦀".repeat(1_000),
+    ];
+    for round in 0..capacity + 2 {
+        for key in &keys {
+            let d = limiter.check(key);
+            let len = key.len();
+            assert_eq!(
+                d.is_allowed(),
+                round < capacity,
+                "round {round}, key of {len} bytes"
+            );
+        }
+        clock.advance(Duration::from_nanos(1));
+    }
+    assert_eq!(limiter.len(), keys.len());
+    let bytes = KeyedRateLimiter::<Vec<u8>, A, _>::builder(quota)
+        .clock(clock)
+        .build()
+        .unwrap();
+    let invalid = vec![0xff, 0xfe, b'{', 0];
+    for _ in 0..capacity {
+        assert!(bytes.check(&invalid).is_allowed());
+    }
+    assert!(!bytes.check(&invalid).is_allowed());
+}
+
+#[test]
+fn hostile_keys_in_every_algorithm() {
+    hostile_keys_are_limited_like_any_other::<rategate::TokenBucket>();
+    hostile_keys_are_limited_like_any_other::<rategate::FixedWindow>();
+    hostile_keys_are_limited_like_any_other::<rategate::SlidingWindowCounter>();
+    hostile_keys_are_limited_like_any_other::<rategate::SlidingWindowLog>();
+    hostile_keys_are_limited_like_any_other::<rategate::LeakyBucket>();
 }
