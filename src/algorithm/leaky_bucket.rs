@@ -278,7 +278,8 @@ impl LeakyBucket {
         // chain of arithmetic runs alongside the clock's, which the
         // comparison alone then waits for. The decision keeps what its
         // accessors need to derive the rest (see `Decision::deny_leaky`).
-        if let Some(slot) = Slot::unpack(word) {
+        let stored = Slot::unpack(word);
+        if let Some(slot) = stored {
             // cost <= MAX_BURST + 1 and burst, excess < 2^24: small.
             let need = (slot.excess + UNIT * u64::from(cost)) as i64 - self.burst as i64;
             if need > 0 {
@@ -289,17 +290,11 @@ impl LeakyBucket {
                         .checked_mul(NANOS_PER_MS)
                         .is_none_or(|fits| now < fits);
                 if denied {
-                    // `UNIT * cost - burst` fits an i32: cost <= MAX_BURST + 1
-                    // and burst <= 1000 * MAX_BURST, both below 2^24.
-                    let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
-                    let decision =
-                        Decision::deny_leaky(self.capacity, shift as i32, word, now, self.per_rate);
-                    return (decision, word);
+                    return self.denial(word, now, cost);
                 }
             }
         }
         let now_ms = (now / NANOS_PER_MS).min(MAX_MS);
-        let stored = Slot::unpack(word);
         // The level the drain leaves at now_ms, in thousandths, floored at
         // one request below empty (a new key's level), and the `last` an
         // admission would store.
@@ -339,11 +334,20 @@ impl LeakyBucket {
             // Unreachable: the test above denies every request this would
             // (see there). Kept as the same denial, should the two ever
             // disagree, rather than an admission past the burst.
-            let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
-            let decision =
-                Decision::deny_leaky(self.capacity, shift as i32, word, now, self.per_rate);
-            (decision, word)
+            self.denial(word, now, cost)
         }
+    }
+
+    /// The denial of `cost` on the slot `word` at `now`: what its accessors
+    /// need to derive every field (see `Decision::deny_leaky`), and the word
+    /// unchanged.
+    #[inline(always)]
+    fn denial(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
+        // `UNIT * cost - burst` fits an i32: cost <= MAX_BURST + 1 and
+        // burst <= 1000 * MAX_BURST, both below 2^24.
+        let shift = (UNIT * u64::from(cost)) as i64 - self.burst as i64;
+        let decision = Decision::deny_leaky(self.capacity, shift as i32, word, now, self.per_rate);
+        (decision, word)
     }
 
     /// Nanoseconds from `now` until the stored `slot` has drained to a new

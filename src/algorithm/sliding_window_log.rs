@@ -239,10 +239,11 @@ impl WindowLog {
     /// describe the log from the start. `seen` starts at the log's clock, as
     /// a lock holder leaves it.
     fn with_log(log: Log) -> WindowLog {
+        let (oldest, newest) = log.ends();
         let hint = Hint {
             seq_used: AtomicU64::new(u64::from(log.used)),
-            oldest: AtomicU64::new(log.entries.front().map_or(0, |e| e.at)),
-            newest: AtomicU64::new(log.entries.back().map_or(0, |e| e.at)),
+            oldest: AtomicU64::new(oldest),
+            newest: AtomicU64::new(newest),
             seen: AtomicU64::new(log.latest),
         };
         WindowLog {
@@ -357,8 +358,7 @@ impl Drop for LogGuard<'_> {
         let changed = self.changed;
         let log: &Log = self;
         if changed {
-            let oldest = log.entries.front().map_or(0, |e| e.at);
-            let newest = log.entries.back().map_or(0, |e| e.at);
+            let (oldest, newest) = log.ends();
             // Release: a reader whose Acquire load reads either word sees
             // the odd number the lock set when it re-reads the sequence,
             // and discards what it read.
@@ -394,6 +394,14 @@ struct Log {
     /// counts as this one: it must not see a window the log no longer
     /// holds. The log's clock is this or, if later, `Hint::seen`.
     latest: u64,
+}
+
+impl Log {
+    /// The summary's times: the oldest and the newest entry's (0 if none).
+    fn ends(&self) -> (u64, u64) {
+        let at = |entry: Option<&Entry>| entry.map_or(0, |e| e.at);
+        (at(self.entries.front()), at(self.entries.back()))
+    }
 }
 
 /// The log's entries, oldest first: the first one inline, so that a key
@@ -493,23 +501,26 @@ impl Entries {
         match self {
             Entries::Inline(slot @ None) => *slot = Some(entry),
             Entries::Inline(Some(first)) => {
-                let first = *first;
-                let mut ring = VecDeque::with_capacity(4.min(limit as usize).max(2));
-                ring.push_back(first);
-                ring.push_back(entry);
+                // Two entries: a ring of min(4, limit) slots (limit >= 2 here).
+                let mut ring = VecDeque::new();
+                Entries::grow_and_push(&mut ring, *first, limit);
+                Entries::grow_and_push(&mut ring, entry, limit);
                 *self = Entries::Ring(ring);
             }
-            Entries::Ring(ring) => {
-                if ring.len() == ring.capacity() {
-                    // Grow by doubling, but never past `limit` slots: the log
-                    // can never hold more live entries than that.
-                    let len = ring.len();
-                    let target = (len * 2).max(4).min(limit as usize).max(len + 1);
-                    ring.reserve_exact(target - len);
-                }
-                ring.push_back(entry);
-            }
+            Entries::Ring(ring) => Entries::grow_and_push(ring, entry, limit),
         }
+    }
+
+    /// Appends `entry` to `ring`, growing it by doubling from 4 slots but
+    /// never past `limit`: the log can never hold more live entries.
+    #[inline]
+    fn grow_and_push(ring: &mut VecDeque<Entry>, entry: Entry, limit: u32) {
+        if ring.len() == ring.capacity() {
+            let len = ring.len();
+            let target = (len * 2).max(4).min(limit as usize).max(len + 1);
+            ring.reserve_exact(target - len);
+        }
+        ring.push_back(entry);
     }
 
     /// The ring's slots on the heap (0 while inline).
