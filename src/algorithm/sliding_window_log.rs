@@ -1042,6 +1042,24 @@ mod tests {
         }
     }
 
+    /// A panic while the lock is held (an allocation failing under it,
+    /// say) releases it as the guard unwinds: the next check takes it and
+    /// finds the log as the panicking holder left it.
+    #[test]
+    fn a_panic_under_the_lock_releases_it() {
+        let swl = log(2, 100);
+        let state = swl.new_state();
+        assert!(swl.check(&state, 0, 1).unwrap().is_allowed());
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = state.lock();
+            panic!("under the lock");
+        }));
+        assert!(panicked.is_err());
+        assert!(swl.check(&state, 1, 1).unwrap().is_allowed());
+        assert!(!swl.check(&state, 2, 1).unwrap().is_allowed());
+        assert_eq!(entries(&state), vec![(0, 1), (1, 1)]);
+    }
+
     /// A limit of 1 never needs a ring: its one entry stays inline.
     #[test]
     fn a_limit_of_one_never_allocates_a_ring() {
