@@ -24,15 +24,18 @@
 
 #![allow(dead_code)] // shared with examples/axum_load.rs, which uses parts
 
-use axum::Router;
+use axum::extract::Request;
 use axum::routing::get;
+use axum::{Router, ServiceExt};
 use http::request::Parts;
 use rategate::http::{
-    ClientIp, KeyExtractor, Matcher, RateLimitBuilder, RateLimitLayer, Rule, Tier,
+    ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitBuilder, RateLimitLayer, Rule, SameBody,
+    Tier,
 };
 use rategate::{KeyedRateLimiter, Quota, TokenBucket};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tower::Layer;
 
 type Keyed = KeyedRateLimiter<String, TokenBucket>;
 
@@ -162,9 +165,21 @@ pub fn app(layer: Option<RateLimitLayer>) -> Router {
             get(|| async { "{\"data\":{\"viewer\":{\"login\":\"octocat\"}}}\n" }),
         );
     match layer {
-        Some(layer) => router.layer(layer),
+        // `same_body`: the responses keep axum's body type, so axum does
+        // not box each one again.
+        Some(layer) => router.layer(layer.same_body()),
         None => router,
     }
+}
+
+/// The API's routes with `layer` wrapped once around the whole `Router`
+/// (what `main` serves): the cheapest placement, each request passing
+/// through the layer once, before routing, rather than through a copy of
+/// it in each route. `with_state(())` turns each handler into its route
+/// once, as `Router::into_make_service_with_connect_info` would; the
+/// result is served with `axum::ServiceExt`'s method of that name.
+pub fn limited_app(layer: RateLimitLayer) -> RateLimit<Router, SameBody> {
+    layer.same_body().layer(app(None).with_state(()))
 }
 
 /// A GraphQL query's cost in points, GitHub's way roughly: one point, plus
@@ -226,12 +241,12 @@ async fn main() {
         .parse()
         .expect("ADDR like 127.0.0.1:3000");
     let limiters = Limiters::new(&Quotas::production());
-    let app = app(Some(limiters.layer()));
+    let app = limited_app(limiters.layer());
     let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
     println!("listening on http://{addr}");
     axum::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
     )
     .await
     .expect("serve");

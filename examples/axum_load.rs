@@ -262,6 +262,57 @@ fn idle_layer(limiters: &Limiters) -> rategate::http::RateLimitLayer {
         .expect("one tier, one rule")
 }
 
+/// `RateLimitLayer::per_ip` with a quota no load run reaches.
+fn generous_per_ip() -> rategate::http::RateLimitLayer {
+    rategate::http::RateLimitLayer::per_ip(Quota::per_second(1_000_000_000).unwrap()).unwrap()
+}
+
+/// The `outer-*` controls: `layer` wrapped once around the whole `Router`
+/// (`axum::serve` takes a service whose responses have axum's body, so
+/// the layered response's body is boxed into one, as `Router::layer`
+/// boxes each route's).
+fn outer<L, B>(layer: L) -> SocketAddr
+where
+    L: tower::Layer<Router>,
+    L::Service: tower::Service<
+            Request<axum::body::Body>,
+            Response = http::Response<B>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    <L::Service as tower::Service<Request<axum::body::Body>>>::Future: Send,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    use tower::ServiceExt;
+    serve(
+        ServiceExt::<Request<axum::body::Body>>::map_response(
+            layer.layer(api::app(None).with_state(())),
+            |r| r.map(axum::body::Body::new),
+        ),
+        "srv-l",
+    )
+}
+
+/// The `tower-governor` control: tower_governor's per-IP layer (governor's
+/// keyed GCRA behind the peer address), with a quota no load run reaches:
+/// the crate the issue names as the field's per-IP layer, in the same
+/// harness.
+fn tower_governor_layer() -> tower_governor::GovernorLayer<
+    tower_governor::key_extractor::PeerIpKeyExtractor,
+    governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+    axum::body::Body,
+> {
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(1_000_000)
+        .finish()
+        .expect("a non-zero period and burst");
+    tower_governor::GovernorLayer::new(config)
+}
+
 /// Nanoseconds the `spin` control busy-waits per request: `SPIN_NS` in
 /// the environment, else 150.
 fn spin_ns() -> u64 {
@@ -798,6 +849,49 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
     };
     let mut bare = inner;
     let mut limited = limiters.layer_from(builder(headers)).layer(inner);
+    // The same through axum's `Router` (the example's routes), as a
+    // server runs them: bare, with the layer added by `Router::layer`, and
+    // with the layer wrapped once around the whole `Router` (its
+    // response's body then boxed into axum's, as `axum::serve` needs).
+    type Boxed = tower::util::BoxService<
+        Request<axum::body::Body>,
+        axum::response::Response,
+        std::convert::Infallible,
+    >;
+    let mut router_phase = |name: &str, mut app: Boxed| {
+        if only.is_none_or(|o| o != name) {
+            return;
+        }
+        let ns = time(&mut || {
+            rt.block_on(async {
+                let mut request = Request::get("/v1/charges")
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                let _ = app.ready().await.unwrap().call(request).await;
+            })
+        });
+        println!("  {name:<36} {ns:>8.0} ns/request");
+    };
+    router_phase("router-bare", Boxed::new(api::app(None).with_state(())));
+    router_phase(
+        "router-layer",
+        Boxed::new(api::app(Some(limiters.layer_from(builder(headers)))).with_state(())),
+    );
+    router_phase(
+        "router-per-ip",
+        Boxed::new(api::app(Some(generous_per_ip())).with_state(())),
+    );
+    router_phase(
+        "router-tower-governor",
+        Boxed::new(api::app(None).layer(tower_governor_layer()).with_state(())),
+    );
+    router_phase(
+        "router-outer",
+        Boxed::new(api::limited_app(limiters.layer_from(builder(headers)))),
+    );
     // `only` picks one phase (for a profiler); the rest report 0.
     let mut phase = |name: &str, layer: bool, signed_in: bool| {
         if only.is_some_and(|o| o != name) {
@@ -868,10 +962,21 @@ fn main() {
     let _ = builder(&headers);
     assert!(
         [
-            "layer", "outer", "bare", "identity", "idle", "per-ip", "spin", "shared"
+            "layer",
+            "outer",
+            "bare",
+            "identity",
+            "outer-identity",
+            "idle",
+            "per-ip",
+            "outer-per-ip",
+            "tower-governor",
+            "spin",
+            "shared"
         ]
         .contains(&control.as_str()),
-        "control {control:?}: layer, outer, bare, identity, idle, per-ip, spin or shared"
+        "control {control:?}: layer, outer, bare, identity, outer-identity, idle, per-ip, \
+         outer-per-ip, tower-governor, spin or shared"
     );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}, \
@@ -893,30 +998,28 @@ fn main() {
     }
     println!("{HEADER}");
 
-    let bare = serve(api::app(None), "srv-b");
+    // `with_state(())` turns each handler into its route once, as
+    // `Router::into_make_service_with_connect_info` (the example's) does;
+    // served through `axum::ServiceExt`'s method instead (as `serve` is,
+    // to take any service), a `Router` would build each route again per
+    // request, a layered route with its layer again.
+    let bare = serve(api::app(None).with_state(()), "srv-b");
     let limiters = Limiters::new(&generous());
     // The "layered" server: the layer, or a control in its place.
-    let layered = |router: Router| serve(router, "srv-l");
+    let layered = |router: Router| serve(router.with_state(()), "srv-l");
     let limited = match control.as_str() {
         "layer" => layered(api::app(Some(limiters.layer_from(builder(&headers))))),
-        "outer" => {
-            use tower::{Layer, ServiceExt};
-            let layer = limiters.layer_from(builder(&headers));
-            serve(
-                ServiceExt::<Request<axum::body::Body>>::map_response(
-                    layer.layer(api::app(None)),
-                    |r| r.map(axum::body::Body::new),
-                ),
-                "srv-l",
-            )
-        }
+        "outer" => serve(
+            api::limited_app(limiters.layer_from(builder(&headers))),
+            "srv-l",
+        ),
         "bare" => layered(api::app(None)),
         "identity" => layered(api::app(None).layer(tower::layer::util::Identity::new())),
+        "outer-identity" => outer(tower::layer::util::Identity::new()),
         "idle" => layered(api::app(Some(idle_layer(&limiters)))),
-        "per-ip" => layered(api::app(Some(
-            rategate::http::RateLimitLayer::per_ip(Quota::per_second(1_000_000_000).unwrap())
-                .unwrap(),
-        ))),
+        "per-ip" => layered(api::app(Some(generous_per_ip()))),
+        "outer-per-ip" => outer(generous_per_ip().same_body()),
+        "tower-governor" => layered(api::app(None).layer(tower_governor_layer())),
         "spin" => layered(api::app(None).layer(spin_layer(spin_ns()))),
         "shared" => layered(api::app(None).layer(shared_layer())),
         other => unreachable!("checked above: {other}"),

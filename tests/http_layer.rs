@@ -736,3 +736,65 @@ async fn a_plain_hyper_server() {
     assert_eq!(client.get("/").await.status, 200);
     assert_eq!(client.get("/").await.status, 429);
 }
+
+/// `same_body()`: the layer wrapped once around the whole `Router`, served
+/// as it is by `axum::serve` (its responses are `Response<axum::body::Body>`,
+/// the type `axum::serve` takes), and by `Router::layer`: the same answers
+/// as the default body kind, the 429's problem body written as axum's body.
+#[tokio::test]
+async fn same_body_serves_the_router_as_it_is() {
+    use axum::ServiceExt;
+    use tower::Layer;
+
+    let layer = per_ip(Rule::new("per-ip", keyed::<FixedWindow>("2/h"))).same_body();
+    let router = Router::new().route("/", get(|| async { "ok" }));
+    let limited = layer.layer(router.with_state(()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
+                std::net::SocketAddr,
+            >(limited),
+        )
+        .await
+        .expect("serve");
+    });
+    let mut client = Client::connect(addr).await;
+    for remaining in [1, 0] {
+        let r = client.get("/").await;
+        assert_eq!((r.status.as_u16(), r.body.as_str()), (200, "ok"));
+        assert_eq!(r.num("x-ratelimit-remaining"), remaining);
+    }
+    let denied = client.get("/").await;
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(denied.num("retry-after") >= 1);
+    assert_eq!(denied.num("x-ratelimit-limit"), 2);
+    assert!(denied.body.contains(r#""status":429"#), "{}", denied.body);
+    assert!(
+        denied.body.contains(r#""policy":"per-ip""#),
+        "{}",
+        denied.body
+    );
+    assert_eq!(layer.stats().limited, 1);
+
+    // Through `Router::layer`.
+    let layer = per_ip(Rule::new("per-ip", keyed::<FixedWindow>("1/h"))).same_body();
+    let router = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let mut client = Client::connect(serve(router).await).await;
+    assert_eq!(client.get("/").await.status, 200);
+    let denied = client.get("/").await;
+    assert_eq!(denied.status, 429);
+    assert!(
+        denied.body.contains(r#""policy":"per-ip""#),
+        "{}",
+        denied.body
+    );
+}

@@ -83,3 +83,63 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         }
     }
 }
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Wrapped {}
+    impl Sealed for super::SameBody {}
+}
+
+/// How [`RateLimit`](super::RateLimit) types its responses' bodies, given
+/// the service's body type `B`: [`Wrapped`] (the default) or
+/// [`SameBody`]. Sealed: these two are the only kinds.
+pub trait BodyKind<B>: sealed::Sealed {
+    /// The body of the layered service's responses.
+    type Body;
+
+    /// The service's own body.
+    fn inner(body: B) -> Self::Body;
+
+    /// A body the layer wrote (a 429's problem details, a missing key).
+    fn full(data: Bytes) -> Self::Body;
+}
+
+/// The default [`BodyKind`]: responses carry a [`ResponseBody<B>`], which
+/// holds any service body `B` or the layer's own bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wrapped;
+
+impl<B> BodyKind<B> for Wrapped {
+    type Body = ResponseBody<B>;
+
+    fn inner(body: B) -> ResponseBody<B> {
+        ResponseBody::inner(body)
+    }
+
+    fn full(data: Bytes) -> ResponseBody<B> {
+        ResponseBody::full(data)
+    }
+}
+
+/// The [`BodyKind`] of
+/// [`RateLimitLayer::same_body`](super::RateLimitLayer::same_body):
+/// responses keep the service's own body type `B`, and the layer writes
+/// its answers into a `B` made from bytes (`B: From<Bytes>`: axum's
+/// `Body`, `http_body_util::Full<Bytes>`). axum's `Router::layer` and
+/// `axum::serve` then take the response as it is, where a
+/// [`ResponseBody`] is boxed into a new `Body` (an allocation per
+/// request).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SameBody;
+
+impl<B: From<Bytes>> BodyKind<B> for SameBody {
+    type Body = B;
+
+    fn inner(body: B) -> B {
+        body
+    }
+
+    fn full(data: Bytes) -> B {
+        B::from(data)
+    }
+}

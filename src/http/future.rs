@@ -1,7 +1,7 @@
 //! The response future of [`RateLimit`](super::RateLimit): a named type,
 //! boxing nothing on the in-memory path.
 
-use super::body::ResponseBody;
+use super::body::{BodyKind, Wrapped};
 use super::decide::{Pending, Report};
 use super::layer::{Config, Settled};
 use crate::sync::Arc;
@@ -9,19 +9,21 @@ use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tower::Service;
 
 pin_project! {
     /// The response of a rate-limited request: the service's, with headers
-    /// added, or the layer's own answer.
-    pub struct ResponseFuture<S, ReqBody>
+    /// added, or the layer's own answer (its body typed as `K` says).
+    pub struct ResponseFuture<S, ReqBody, K = Wrapped>
     where
         S: Service<Request<ReqBody>>,
     {
         #[pin]
         state: State<S::Future, S, ReqBody>,
+        kind: PhantomData<fn() -> K>,
     }
 }
 
@@ -77,7 +79,7 @@ impl Fields {
     }
 }
 
-impl<S, ReqBody> ResponseFuture<S, ReqBody>
+impl<S, ReqBody, K> ResponseFuture<S, ReqBody, K>
 where
     S: Service<Request<ReqBody>>,
 {
@@ -87,6 +89,7 @@ where
                 future,
                 fields: Fields::new(report, config),
             },
+            kind: PhantomData,
         }
     }
 
@@ -95,6 +98,7 @@ where
             state: State::Answered {
                 response: Some(response),
             },
+            kind: PhantomData,
         }
     }
 
@@ -113,15 +117,17 @@ where
                     config,
                 }),
             },
+            kind: PhantomData,
         }
     }
 }
 
-impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+impl<S, ReqBody, ResBody, K> Future for ResponseFuture<S, ReqBody, K>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    K: BodyKind<ResBody>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<K::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -130,8 +136,8 @@ where
                 StateProj::Serving { future, fields } => {
                     let response = ready!(future.poll(cx))?;
                     return Poll::Ready(Ok(match fields {
-                        Some(fields) => fields.config.finish(response, &fields.report),
-                        None => response.map(ResponseBody::inner),
+                        Some(fields) => fields.config.finish::<_, K>(response, &fields.report),
+                        None => response.map(K::inner),
                     }));
                 }
                 StateProj::Answered { response } => {
@@ -142,7 +148,7 @@ where
                         *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
                         r
                     });
-                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                    return Poll::Ready(Ok(response.map(K::full)));
                 }
                 StateProj::Waiting { waiting } => {
                     let Waiting {

@@ -1,6 +1,6 @@
 //! The tower layer and service: decide in `call`, then answer or serve.
 
-use super::body::ResponseBody;
+use super::body::{BodyKind, SameBody, Wrapped};
 use super::decide::{Pending, Report, Verdict, decide};
 use super::fields::ResetFormat;
 use super::future::ResponseFuture;
@@ -13,6 +13,7 @@ use crate::{KeyedRateLimiter, Quota, QuotaError, TokenBucket};
 use bytes::Bytes;
 use http::{Request, Response};
 use std::fmt;
+use std::marker::PhantomData;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
@@ -151,12 +152,12 @@ impl Config {
     }
 
     /// The service's response with `report`'s headers added.
-    pub(crate) fn finish<B>(
+    pub(crate) fn finish<B, K: BodyKind<B>>(
         &self,
         response: Response<B>,
         report: &Report,
-    ) -> Response<ResponseBody<B>> {
-        let mut response = response.map(ResponseBody::inner);
+    ) -> Response<K::Body> {
+        let mut response = response.map(K::inner);
         // A shadow-mode pass is a would-be 429: it always gets them.
         if self.headers.on_allowed || !report.allowed {
             write_headers(response.headers_mut(), report, &self.headers, false);
@@ -317,6 +318,7 @@ impl RateLimitBuilder {
                 responder: self.responder,
                 counters: StripedCounters::default(),
             }),
+            kind: PhantomData,
         }
     }
 }
@@ -387,12 +389,29 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// # let _ = layer;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone)]
-pub struct RateLimitLayer {
+///
+/// # Response bodies
+///
+/// A layered service's responses carry a [`ResponseBody`](super::ResponseBody)
+/// (`K` = [`Wrapped`], the default), which holds any body the service
+/// returns. [`same_body`](RateLimitLayer::same_body) keeps the service's
+/// own body type instead, for bodies made from bytes (axum's `Body`):
+/// axum then does not box each response's body again.
+pub struct RateLimitLayer<K = Wrapped> {
     config: Arc<Config>,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl fmt::Debug for RateLimitLayer {
+impl<K> Clone for RateLimitLayer<K> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for RateLimitLayer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("tiers", &self.config.tiers)
@@ -436,31 +455,74 @@ impl RateLimitLayer {
         Ok(Self::new(KeyExtractor::peer_ip(), rule))
     }
 
+    /// The same layer, its services' responses keeping the service's own
+    /// body type `B` (`B: From<Bytes>`: axum's `Body`,
+    /// `http_body_util::Full<Bytes>`) instead of a
+    /// [`ResponseBody<B>`](super::ResponseBody): the layer writes its own
+    /// answers (429s) as a `B` made from their bytes. With axum this saves
+    /// boxing each response's body again (an allocation per request);
+    /// wrapped around the whole `Router`, the layered router is served as
+    /// it is (see the README's "HTTP servers").
+    ///
+    /// ```
+    /// use rategate::http::RateLimitLayer;
+    /// use rategate::Quota;
+    /// use tower::Layer;
+    ///
+    /// let layer = RateLimitLayer::per_ip(Quota::per_second(10)?)?.same_body();
+    /// let app = tower::service_fn(|_: http::Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
+    /// });
+    /// // Its responses are `Response<String>`, a 429's body included.
+    /// let _limited = layer.layer(app);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn same_body(self) -> RateLimitLayer<SameBody> {
+        RateLimitLayer {
+            config: self.config,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> RateLimitLayer<K> {
     /// The counters so far (shared by every clone and service).
     pub fn stats(&self) -> LayerStats {
         self.config.counters.snapshot()
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S, K> Layer<S> for RateLimitLayer<K> {
+    type Service = RateLimit<S, K>;
 
-    fn layer(&self, inner: S) -> RateLimit<S> {
+    fn layer(&self, inner: S) -> RateLimit<S, K> {
         RateLimit {
             inner,
             config: Arc::clone(&self.config),
+            kind: PhantomData,
         }
     }
 }
 
-/// The rate-limiting service that [`RateLimitLayer`] wraps around `S`.
-#[derive(Clone)]
-pub struct RateLimit<S> {
+/// The rate-limiting service that [`RateLimitLayer`] wraps around `S`; `K`
+/// types its responses' bodies (see [`RateLimitLayer::same_body`]).
+pub struct RateLimit<S, K = Wrapped> {
     inner: S,
     config: Arc<Config>,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+impl<S: Clone, K> Clone for RateLimit<S, K> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for RateLimit<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -468,7 +530,7 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     }
 }
 
-impl<S> RateLimit<S> {
+impl<S, K> RateLimit<S, K> {
     /// The counters so far (shared with the layer).
     pub fn stats(&self) -> LayerStats {
         self.config.counters.snapshot()
@@ -480,13 +542,14 @@ impl<S> RateLimit<S> {
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, K>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    K: BodyKind<ResBody>,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<K::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody>;
+    type Future = ResponseFuture<S, ReqBody, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)

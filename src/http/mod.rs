@@ -68,7 +68,7 @@ mod response;
 mod stats;
 
 #[cfg(feature = "tower")]
-pub use body::ResponseBody;
+pub use body::{BodyKind, ResponseBody, SameBody, Wrapped};
 #[cfg(feature = "tower")]
 pub use cidr::{Cidr, CidrError};
 #[cfg(feature = "tower")]
