@@ -24,9 +24,8 @@
 
 #![allow(dead_code)] // shared with examples/axum_load.rs, which uses parts
 
-use axum::extract::Request;
+use axum::Router;
 use axum::routing::get;
-use axum::{Router, ServiceExt};
 use http::request::Parts;
 use rategate::http::{
     ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitBuilder, RateLimitLayer, Rule, SameBody,
@@ -172,12 +171,12 @@ pub fn app(layer: Option<RateLimitLayer>) -> Router {
     }
 }
 
-/// The API's routes with `layer` wrapped once around the whole `Router`
-/// (what `main` serves): the cheapest placement, each request passing
-/// through the layer once, before routing, rather than through a copy of
-/// it in each route. `with_state(())` turns each handler into its route
-/// once, as `Router::into_make_service_with_connect_info` would; the
-/// result is served with `axum::ServiceExt`'s method of that name.
+/// The API's routes with `layer` wrapped once around the whole `Router`,
+/// as `main` serves them (`RateLimitLayer::around`): the cheapest
+/// placement, each request passing through the layer once, before
+/// routing, rather than through a copy of it in each route.
+/// `with_state(())` turns each handler into its route once, as
+/// `Router::into_make_service_with_connect_info` would.
 pub fn limited_app(layer: RateLimitLayer) -> RateLimit<Router, SameBody> {
     layer.same_body().layer(app(None).with_state(()))
 }
@@ -241,13 +240,11 @@ async fn main() {
         .parse()
         .expect("ADDR like 127.0.0.1:3000");
     let limiters = Limiters::new(&Quotas::production());
-    let app = limited_app(limiters.layer());
     let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
     println!("listening on http://{addr}");
-    axum::serve(
-        listener,
-        ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
-    )
-    .await
-    .expect("serve");
+    // The layer wrapped once around the whole `Router` (`limited_app`),
+    // with each connection's peer address.
+    axum::serve(listener, limiters.layer().around(app(None)))
+        .await
+        .expect("serve");
 }

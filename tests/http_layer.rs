@@ -737,30 +737,19 @@ async fn a_plain_hyper_server() {
     assert_eq!(client.get("/").await.status, 429);
 }
 
-/// `same_body()`: the layer wrapped once around the whole `Router`, served
-/// as it is by `axum::serve` (its responses are `Response<axum::body::Body>`,
-/// the type `axum::serve` takes), and by `Router::layer`: the same answers
-/// as the default body kind, the 429's problem body written as axum's body.
+/// `around(router)`: the layer wrapped once around the whole `Router` (with
+/// `same_body()`: its responses are `Response<axum::body::Body>`, the type
+/// `axum::serve` takes), and `same_body()` through `Router::layer`: the
+/// same answers as the default body kind, the 429's problem body written
+/// as axum's body.
 #[tokio::test]
 async fn same_body_serves_the_router_as_it_is() {
-    use axum::ServiceExt;
-    use tower::Layer;
-
-    let layer = per_ip(Rule::new("per-ip", keyed::<FixedWindow>("2/h"))).same_body();
+    let layer = per_ip(Rule::new("per-ip", keyed::<FixedWindow>("2/h")));
     let router = Router::new().route("/", get(|| async { "ok" }));
-    let limited = layer.layer(router.with_state(()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
-                std::net::SocketAddr,
-            >(limited),
-        )
-        .await
-        .expect("serve");
-    });
+    let served = layer.around(router);
+    tokio::spawn(async move { axum::serve(listener, served).await.expect("serve") });
     let mut client = Client::connect(addr).await;
     for remaining in [1, 0] {
         let r = client.get("/").await;

@@ -485,6 +485,47 @@ impl RateLimitLayer {
     }
 }
 
+#[cfg(feature = "axum")]
+impl<K> RateLimitLayer<K> {
+    /// `router` with this layer wrapped once around it (with
+    /// [`same_body`](RateLimitLayer::same_body)), ready for `axum::serve`
+    /// with each connection's peer address: the cheapest placement, each
+    /// request passing through the layer once, before routing, instead of
+    /// through the copy of it that `Router::layer` puts in each route
+    /// (about 880 fewer instructions per request in the README's "HTTP
+    /// servers"). The router's handlers are made routes once
+    /// (`with_state(())`), as `Router::into_make_service_with_connect_info`
+    /// does.
+    ///
+    /// ```no_run
+    /// use axum::{Router, routing::get};
+    /// use rategate::http::RateLimitLayer;
+    /// use rategate::Quota;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::per_ip(Quota::per_minute(60)?)?;
+    /// let router = Router::new().route("/", get(|| async { "hello" }));
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    /// axum::serve(listener, layer.around(router)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn around(
+        &self,
+        router: axum::Router,
+    ) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<
+        RateLimit<axum::Router, SameBody>,
+        std::net::SocketAddr,
+    > {
+        let limited = RateLimit {
+            inner: router.with_state(()),
+            config: Arc::clone(&self.config),
+            kind: PhantomData,
+        };
+        axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info(limited)
+    }
+}
+
 impl<K> RateLimitLayer<K> {
     /// The counters so far (shared by every clone and service).
     pub fn stats(&self) -> LayerStats {
