@@ -42,16 +42,21 @@
 //! idle CPU per request, the steady setup for the unloaded latency.
 //!
 //! CONTROL replaces the layered server's layer to check the harness
-//! itself: `layer` (default: the layer added with `Router::layer`, as the
-//! axum example does), `outer` (the same layer wrapped once around the
-//! whole `Router` instead: axum then neither wraps each route in it nor
-//! boxes its responses' bodies again per route), `bare` (no layer on either server: an A/A
+//! itself: `layer` (default: the example's layer added with
+//! `Router::layer`, with `same_body()`), `outer` (the same layer wrapped
+//! once around the whole `Router` instead, as the example serves it,
+//! `RateLimitLayer::around`: axum then does not put a copy of it in each
+//! route), `bare` (no layer on either server: an A/A
 //! comparison, whose ratios should be 0% give or take the noise),
 //! `identity` (tower's `Identity` layer: what any layer's frame costs in
-//! axum) or `idle` (rategate's layer with one rule that never applies: the
+//! axum), `outer-identity` (`Identity` around the whole `Router`), `idle`
+//! (rategate's layer with one rule that never applies: the
 //! layer's frame without a limit's check), `per-ip`
 //! (`RateLimitLayer::per_ip`: one tier keyed by the peer address, one
-//! token bucket, no matcher: the simplest layer), `spin` (a layer that only
+//! token bucket, no matcher: the simplest layer), `outer-per-ip` (that
+//! layer around the whole `Router`), `tower-governor` (tower_governor's
+//! per-IP `GovernorLayer` through `Router::layer`, governor's keyed GCRA:
+//! the field's per-IP layer in the same harness), `spin` (a layer that only
 //! busy-waits `SPIN_NS` nanoseconds per request, default 150, about the
 //! layer's in-process cost, touching nothing shared: what that much
 //! private work per request costs under this load) or `shared` (a layer
@@ -65,7 +70,9 @@
 //! `axum_load in-process [CALLS] [bare|one|bare-token|two]
 //! [default|all|ietf|x|denials]` runs only that part, or one phase of it
 //! (for a profiler: `valgrind --tool=callgrind`), with the layer's header
-//! choice. With `POLLUTE_KB=N` in the environment, N KiB are written
+//! choice. The phases through axum's `Router` (the example's routes, one
+//! anonymous request each), `router-bare`, `router-layer`, `router-per-ip`,
+//! `router-tower-governor` and `router-outer`, run only when named. With `POLLUTE_KB=N` in the environment, N KiB are written
 //! between calls (evicting what a tight loop keeps cached, as a server's
 //! sockets and parsing do) and each call is timed on its own; a large N
 //! makes each call slow to set up, so give a small CALLS (20000).
@@ -298,8 +305,7 @@ where
 
 /// The `tower-governor` control: tower_governor's per-IP layer (governor's
 /// keyed GCRA behind the peer address), with a quota no load run reaches:
-/// the crate the issue names as the field's per-IP layer, in the same
-/// harness.
+/// the field's per-IP layer, in the same harness.
 fn tower_governor_layer() -> tower_governor::GovernorLayer<
     tower_governor::key_extractor::PeerIpKeyExtractor,
     governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,

@@ -781,6 +781,13 @@ async fn same_body_serves_the_router_as_it_is() {
     assert_eq!(client.get("/").await.status, 200);
     let denied = client.get("/").await;
     assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(denied.num("retry-after") >= 1);
+    assert_eq!(denied.num("x-ratelimit-limit"), 1);
+    assert_eq!(denied.num("x-ratelimit-remaining"), 0);
     assert!(
         denied.body.contains(r#""policy":"per-ip""#),
         "{}",

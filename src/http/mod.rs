@@ -10,6 +10,9 @@
 //!
 //! * [`RateLimitLayer`] / [`RateLimit`]: the layer and service, for axum
 //!   0.8, hyper 1 and tonic; [`ResponseFuture`] and [`ResponseBody`];
+//!   [`RateLimitLayer::same_body`] ([`BodyKind`]: [`Wrapped`] or
+//!   [`SameBody`]) to keep the service's own body type; with feature
+//!   `axum`, `RateLimitLayer::around(router)` to wrap a whole `Router`;
 //!   [`LayerStats`] counters; shadow mode.
 //! * Client keys, [`KeyExtractor`]: the peer IP ([`ClientIp`]: trusted
 //!   proxies as [`Cidr`]s, the [`ForwardedHeader`] they write, IPv6
