@@ -737,6 +737,25 @@ async fn a_plain_hyper_server() {
     assert_eq!(client.get("/").await.status, 429);
 }
 
+/// A 429 of a `per-ip` rule of `limit` per window, as the layer writes it:
+/// the problem body, `retry-after` and the rate-limit fields.
+fn assert_per_ip_429(denied: &support::Reply, limit: u64) {
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(denied.num("retry-after") >= 1);
+    assert_eq!(denied.num("x-ratelimit-limit"), limit);
+    assert_eq!(denied.num("x-ratelimit-remaining"), 0);
+    assert!(denied.body.contains(r#""status":429"#), "{}", denied.body);
+    assert!(
+        denied.body.contains(r#""policy":"per-ip""#),
+        "{}",
+        denied.body
+    );
+}
+
 /// `around(router)`: the layer wrapped once around the whole `Router` (with
 /// `same_body()`: its responses are `Response<axum::body::Body>`, the type
 /// `axum::serve` takes), and `same_body()` through `Router::layer`: the
@@ -756,20 +775,7 @@ async fn same_body_serves_the_router_as_it_is() {
         assert_eq!((r.status.as_u16(), r.body.as_str()), (200, "ok"));
         assert_eq!(r.num("x-ratelimit-remaining"), remaining);
     }
-    let denied = client.get("/").await;
-    assert_eq!(denied.status, 429);
-    assert_eq!(
-        denied.header("content-type"),
-        Some("application/problem+json")
-    );
-    assert!(denied.num("retry-after") >= 1);
-    assert_eq!(denied.num("x-ratelimit-limit"), 2);
-    assert!(denied.body.contains(r#""status":429"#), "{}", denied.body);
-    assert!(
-        denied.body.contains(r#""policy":"per-ip""#),
-        "{}",
-        denied.body
-    );
+    assert_per_ip_429(&client.get("/").await, 2);
     assert_eq!(layer.stats().limited, 1);
 
     // Through `Router::layer`.
@@ -779,18 +785,5 @@ async fn same_body_serves_the_router_as_it_is() {
         .layer(layer);
     let mut client = Client::connect(serve(router).await).await;
     assert_eq!(client.get("/").await.status, 200);
-    let denied = client.get("/").await;
-    assert_eq!(denied.status, 429);
-    assert_eq!(
-        denied.header("content-type"),
-        Some("application/problem+json")
-    );
-    assert!(denied.num("retry-after") >= 1);
-    assert_eq!(denied.num("x-ratelimit-limit"), 1);
-    assert_eq!(denied.num("x-ratelimit-remaining"), 0);
-    assert!(
-        denied.body.contains(r#""policy":"per-ip""#),
-        "{}",
-        denied.body
-    );
+    assert_per_ip_429(&client.get("/").await, 1);
 }
