@@ -494,7 +494,7 @@ impl RateLimitLayer {
 }
 
 #[cfg(feature = "axum")]
-impl<K> RateLimitLayer<K> {
+impl RateLimitLayer {
     /// `router` with this layer wrapped once around it (with
     /// [`same_body`](RateLimitLayer::same_body)), ready for `axum::serve`
     /// with each connection's peer address: the cheapest placement, each
@@ -526,11 +526,7 @@ impl<K> RateLimitLayer<K> {
         RateLimit<axum::Router, SameBody>,
         std::net::SocketAddr,
     > {
-        let limited = RateLimit {
-            inner: router.with_state(()),
-            config: Arc::clone(&self.config),
-            kind: PhantomData,
-        };
+        let limited = self.clone().same_body().layer(router.with_state(()));
         axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info(limited)
     }
 }
