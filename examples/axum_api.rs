@@ -163,22 +163,26 @@ pub fn app(layer: Option<RateLimitLayer>) -> Router {
             "/graphql",
             get(|| async { "{\"data\":{\"viewer\":{\"login\":\"octocat\"}}}\n" }),
         );
-    match layer {
+    let router = match layer {
         // `same_body`: the responses keep axum's body type, so axum does
         // not box each one again.
         Some(layer) => router.layer(layer.same_body()),
         None => router,
-    }
+    };
+    // Each handler made its route once, as
+    // `Router::into_make_service_with_connect_info` does: served through
+    // `axum::ServiceExt` (a layer around the `Router`, the load test's
+    // `serve`), a `Router` would build each route again per request, a
+    // layered route with its layer again.
+    router.with_state(())
 }
 
 /// The API's routes with `layer` wrapped once around the whole `Router`,
 /// as `main` serves them (`RateLimitLayer::around`): the cheapest
 /// placement, each request passing through the layer once, before
 /// routing, rather than through a copy of it in each route.
-/// `with_state(())` turns each handler into its route once, as
-/// `Router::into_make_service_with_connect_info` would.
 pub fn limited_app(layer: RateLimitLayer) -> RateLimit<Router, SameBody> {
-    layer.same_body().layer(app(None).with_state(()))
+    layer.same_body().layer(app(None))
 }
 
 /// A GraphQL query's cost in points, GitHub's way roughly: one point, plus

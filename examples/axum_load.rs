@@ -295,10 +295,9 @@ where
 {
     use tower::ServiceExt;
     serve(
-        ServiceExt::<Request<axum::body::Body>>::map_response(
-            layer.layer(api::app(None).with_state(())),
-            |r| r.map(axum::body::Body::new),
-        ),
+        ServiceExt::<Request<axum::body::Body>>::map_response(layer.layer(api::app(None)), |r| {
+            r.map(axum::body::Body::new)
+        }),
         "srv-l",
     )
 }
@@ -856,9 +855,8 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
     let mut bare = inner;
     let mut limited = limiters.layer_from(builder(headers)).layer(inner);
     // The same through axum's `Router` (the example's routes), as a
-    // server runs them: bare, with the layer added by `Router::layer`, and
-    // with the layer wrapped once around the whole `Router` (its
-    // response's body then boxed into axum's, as `axum::serve` needs).
+    // server runs them: bare, with a layer added by `Router::layer`, and
+    // with the example's layer wrapped once around the whole `Router`.
     type Boxed = tower::util::BoxService<
         Request<axum::body::Body>,
         axum::response::Response,
@@ -881,18 +879,18 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
         });
         println!("  {name:<36} {ns:>8.0} ns/request");
     };
-    router_phase("router-bare", Boxed::new(api::app(None).with_state(())));
+    router_phase("router-bare", Boxed::new(api::app(None)));
     router_phase(
         "router-layer",
-        Boxed::new(api::app(Some(limiters.layer_from(builder(headers)))).with_state(())),
+        Boxed::new(api::app(Some(limiters.layer_from(builder(headers))))),
     );
     router_phase(
         "router-per-ip",
-        Boxed::new(api::app(Some(generous_per_ip())).with_state(())),
+        Boxed::new(api::app(Some(generous_per_ip()))),
     );
     router_phase(
         "router-tower-governor",
-        Boxed::new(api::app(None).layer(tower_governor_layer()).with_state(())),
+        Boxed::new(api::app(None).layer(tower_governor_layer())),
     );
     router_phase(
         "router-outer",
@@ -1004,15 +1002,13 @@ fn main() {
     }
     println!("{HEADER}");
 
-    // `with_state(())` turns each handler into its route once, as
-    // `Router::into_make_service_with_connect_info` (the example's) does;
-    // served through `axum::ServiceExt`'s method instead (as `serve` is,
-    // to take any service), a `Router` would build each route again per
-    // request, a layered route with its layer again.
-    let bare = serve(api::app(None).with_state(()), "srv-b");
+    // `api::app` has made each handler its route once (`with_state`), so
+    // `serve`, which takes any service through `axum::ServiceExt`, does
+    // not build each route again per request.
+    let bare = serve(api::app(None), "srv-b");
     let limiters = Limiters::new(&generous());
     // The "layered" server: the layer, or a control in its place.
-    let layered = |router: Router| serve(router.with_state(()), "srv-l");
+    let layered = |router: Router| serve(router, "srv-l");
     let limited = match control.as_str() {
         "layer" => layered(api::app(Some(limiters.layer_from(builder(&headers))))),
         "outer" => serve(
