@@ -116,10 +116,7 @@ impl Limiters {
     pub fn layer_from(&self, builder: RateLimitBuilder) -> RateLimitLayer {
         // Built once; each rule holds a clone (an `Arc`).
         let graphql_path = Matcher::path_prefix("/graphql");
-        let rest_path = {
-            let graphql_path = graphql_path.clone();
-            Matcher::from_fn(move |parts| !graphql_path.matches(parts))
-        };
+        let rest_path = !graphql_path.clone();
         let graphql = || graphql_path.clone();
         let rest = || rest_path.clone();
         let client_ip = ClientIp::new().trust_proxies(["127.0.0.1", "::1"]).unwrap();

@@ -226,6 +226,10 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 
 /// Whether a rule applies to a request: by method, path, or any test.
 ///
+/// The built-in tests (methods, path prefixes, and their `and`, `or` and
+/// `!`) are decided inline, without a call through a pointer per test;
+/// [`from_fn`](Matcher::from_fn) takes any other.
+///
 /// # Examples
 ///
 /// ```
@@ -237,58 +241,115 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 /// assert!(Matcher::writes().matches(&post));
 /// assert!(Matcher::path_prefix("/v1").matches(&get));
 /// assert!(!Matcher::path_prefix("/v").matches(&get)); // whole segments only
+/// let rest = !Matcher::path_prefix("/graphql");
+/// assert!(rest.clone().and(Matcher::writes()).matches(&post));
+/// assert!(!rest.and(Matcher::writes()).matches(&get));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
-pub struct Matcher(Arc<dyn Fn(&Parts) -> bool + Send + Sync>);
+pub struct Matcher(Test);
+
+type MatchFn = dyn Fn(&Parts) -> bool + Send + Sync;
+
+#[derive(Clone)]
+enum Test {
+    Reads,
+    Writes,
+    Methods(Arc<[Method]>),
+    /// Without a trailing `/`.
+    PathPrefix(Arc<str>),
+    And(Arc<(Matcher, Matcher)>),
+    Or(Arc<(Matcher, Matcher)>),
+    Not(Arc<Matcher>),
+    Fn(Arc<MatchFn>),
+}
 
 impl fmt::Debug for Matcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Matcher")
+        match &self.0 {
+            Test::Reads => f.write_str("Reads"),
+            Test::Writes => f.write_str("Writes"),
+            Test::Methods(methods) => f.debug_tuple("Methods").field(methods).finish(),
+            Test::PathPrefix(prefix) => f.debug_tuple("PathPrefix").field(prefix).finish(),
+            Test::And(both) => f.debug_tuple("And").field(&both.0).field(&both.1).finish(),
+            Test::Or(either) => f
+                .debug_tuple("Or")
+                .field(&either.0)
+                .field(&either.1)
+                .finish(),
+            Test::Not(inner) => f.debug_tuple("Not").field(inner).finish(),
+            Test::Fn(_) => f.write_str("Fn"),
+        }
     }
 }
 
 impl Matcher {
     /// Requests for which `f` is true.
     pub fn from_fn(f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Matcher {
-        Matcher(Arc::new(f))
+        Matcher(Test::Fn(Arc::new(f)))
     }
 
     /// Reads: `GET`, `HEAD` and `OPTIONS` (Stripe's read limit).
     pub fn reads() -> Matcher {
-        Matcher::from_fn(|parts| is_read(&parts.method))
+        Matcher(Test::Reads)
     }
 
     /// Writes: every method that is not a read (Stripe's write limit).
     pub fn writes() -> Matcher {
-        Matcher::from_fn(|parts| !is_read(&parts.method))
+        Matcher(Test::Writes)
     }
 
     /// Requests with one of `methods`.
     pub fn methods(methods: impl IntoIterator<Item = Method>) -> Matcher {
-        let methods: Vec<Method> = methods.into_iter().collect();
-        Matcher::from_fn(move |parts| methods.contains(&parts.method))
+        Matcher(Test::Methods(methods.into_iter().collect()))
     }
 
     /// Requests whose path is `prefix` or continues it after a `/`
     /// (`/graphql` matches `/graphql` and `/graphql/x`, not `/graphqlx`).
     pub fn path_prefix(prefix: &str) -> Matcher {
-        let prefix = prefix.trim_end_matches('/').to_owned();
-        Matcher::from_fn(move |parts| {
-            let path = parts.uri.path();
-            path.strip_prefix(prefix.as_str())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
+        Matcher(Test::PathPrefix(Arc::from(prefix.trim_end_matches('/'))))
     }
 
     /// Requests both matchers match.
     pub fn and(self, other: Matcher) -> Matcher {
-        Matcher::from_fn(move |parts| (self.0)(parts) && (other.0)(parts))
+        Matcher(Test::And(Arc::new((self, other))))
+    }
+
+    /// Requests either matcher matches.
+    pub fn or(self, other: Matcher) -> Matcher {
+        Matcher(Test::Or(Arc::new((self, other))))
     }
 
     /// Whether the request whose head is `parts` matches.
     pub fn matches(&self, parts: &Parts) -> bool {
-        (self.0)(parts)
+        match &self.0 {
+            Test::Reads => is_read(&parts.method),
+            Test::Writes => !is_read(&parts.method),
+            Test::Methods(methods) => methods.contains(&parts.method),
+            Test::PathPrefix(prefix) => parts
+                .uri
+                .path()
+                .strip_prefix(&**prefix)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')),
+            Test::And(both) => both.0.matches(parts) && both.1.matches(parts),
+            Test::Or(either) => either.0.matches(parts) || either.1.matches(parts),
+            Test::Not(inner) => !inner.matches(parts),
+            Test::Fn(f) => f(parts),
+        }
+    }
+}
+
+/// Requests the matcher does not match (`!Matcher::path_prefix("/graphql")`:
+/// every other path).
+impl std::ops::Not for Matcher {
+    type Output = Matcher;
+
+    fn not(self) -> Matcher {
+        match self.0 {
+            // `!!m` is `m`.
+            Test::Not(inner) => Arc::unwrap_or_clone(inner),
+            test => Matcher(Test::Not(Arc::new(Matcher(test)))),
+        }
     }
 }
 
@@ -494,5 +555,92 @@ impl Tier {
     /// The tier's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(method: Method, uri: &str) -> Parts {
+        let (parts, ()) = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts
+    }
+
+    #[test]
+    fn methods_split_reads_from_writes() {
+        let reads = Matcher::reads();
+        let writes = Matcher::writes();
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            let parts = head(method.clone(), "/");
+            assert!(reads.matches(&parts), "{method}");
+            assert!(!writes.matches(&parts), "{method}");
+        }
+        for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            let parts = head(method.clone(), "/");
+            assert!(!reads.matches(&parts), "{method}");
+            assert!(writes.matches(&parts), "{method}");
+        }
+        let put_or_patch = Matcher::methods([Method::PUT, Method::PATCH]);
+        assert!(put_or_patch.matches(&head(Method::PATCH, "/")));
+        assert!(!put_or_patch.matches(&head(Method::POST, "/")));
+    }
+
+    #[test]
+    fn path_prefixes_match_whole_segments() {
+        let graphql = Matcher::path_prefix("/graphql/");
+        for (path, expected) in [
+            ("/graphql", true),
+            ("/graphql/", true),
+            ("/graphql/x?first=5", true),
+            ("/graphqlx", false),
+            ("/v1/graphql", false),
+            ("/", false),
+        ] {
+            assert_eq!(
+                graphql.matches(&head(Method::GET, path)),
+                expected,
+                "{path}"
+            );
+        }
+        // "/" (trimmed to nothing) is every path.
+        assert!(Matcher::path_prefix("/").matches(&head(Method::GET, "/v1/charges")));
+    }
+
+    #[test]
+    fn combinators_follow_their_truth_tables() {
+        let yes = || Matcher::from_fn(|_| true);
+        let no = || Matcher::from_fn(|_| false);
+        let parts = head(Method::GET, "/");
+        for (a, b) in [(false, false), (false, true), (true, false), (true, true)] {
+            let m = |v: bool| if v { yes() } else { no() };
+            assert_eq!(m(a).and(m(b)).matches(&parts), a && b, "{a} and {b}");
+            assert_eq!(m(a).or(m(b)).matches(&parts), a || b, "{a} or {b}");
+            assert_eq!((!m(a)).matches(&parts), !a, "not {a}");
+        }
+        let graphql = Matcher::path_prefix("/graphql");
+        let rest_writes = (!graphql.clone()).and(Matcher::writes());
+        assert!(rest_writes.matches(&head(Method::POST, "/v1/charges")));
+        assert!(!rest_writes.matches(&head(Method::POST, "/graphql")));
+        assert!(!rest_writes.matches(&head(Method::GET, "/v1/charges")));
+        // Two negations give the matcher back, not a chain of three.
+        let twice = !!graphql;
+        assert!(matches!(twice.0, Test::PathPrefix(_)));
+        assert!(twice.matches(&head(Method::GET, "/graphql")));
+    }
+
+    #[test]
+    fn debug_shows_what_a_matcher_tests() {
+        let m = (!Matcher::path_prefix("/graphql/"))
+            .and(Matcher::reads().or(Matcher::from_fn(|_| true)));
+        assert_eq!(
+            format!("{m:?}"),
+            r#"And(Not(PathPrefix("/graphql")), Or(Reads, Fn))"#
+        );
     }
 }
