@@ -129,9 +129,12 @@ fn single_verdict(
 ) -> Verdict {
     match result {
         Ok(decision) if decision.is_allowed() && !report_allowed => Verdict::Allowed,
-        Ok(decision) => {
-            Verdict::Decided(Report::single(Arc::clone(tier), rule, &decision, &quota()))
-        }
+        Ok(decision) => Verdict::Decided(Box::new(Report::single(
+            Arc::clone(tier),
+            rule,
+            &decision,
+            &quota(),
+        ))),
         Err(error) => Verdict::CostTooHigh {
             policy: Arc::clone(&rule.name),
             error,
@@ -147,8 +150,11 @@ pub(crate) enum Verdict {
     /// Every rule admitted the request, and no report was asked for (the
     /// fields go on 429s only): nothing to write into the response.
     Allowed,
-    /// The limits decided (allowed or denied).
-    Decided(Report),
+    /// The limits decided (allowed or denied). Boxed, as `Pending` is: a
+    /// verdict is moved from the decision to the response future, and
+    /// the common one (an admission without a report) then moves a few
+    /// words instead of a report's few hundred bytes.
+    Decided(Box<Report>),
     /// No tier found a key.
     NoKey(KeyError),
     /// A rule's cost can never pass (`shadow`: the rule is in shadow
@@ -159,7 +165,7 @@ pub(crate) enum Verdict {
         shadow: bool,
     },
     /// An async backend must be awaited.
-    Pending(Pending),
+    Pending(Box<Pending>),
 }
 
 /// Decides the request whose head is `parts` under `tiers`. An admitted
@@ -242,13 +248,13 @@ fn decide_one(
             let key = key.as_str();
             decide_sync(tier, rule, &**backend, key, cost, report_allowed)
         }
-        RuleLimiter::Async(backend) => Verdict::Pending(Pending {
+        RuleLimiter::Async(backend) => Verdict::Pending(Box::new(Pending {
             tier: Arc::clone(&tier.name),
             rule: rule.clone(),
             quota: backend.quota_for(key.as_str()),
             future: backend.check_n(key.into_owned(), cost),
             report_allowed,
-        }),
+        })),
     }
 }
 
@@ -354,7 +360,7 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         ([a, b], [da, db]) => Policies::Two([state((a, da)), state((b, db))]),
         _ => Policies::Many(members.iter().zip(decisions.iter()).map(state).collect()),
     };
-    Verdict::Decided(Report {
+    Verdict::Decided(Box::new(Report {
         tier: Arc::clone(&tier.name),
         policies,
         binding: report.binding().unwrap_or(0),
@@ -362,7 +368,7 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         // A shadow rule stands alone in its tier.
         shadow: false,
         retry_after_secs: retry_after_secs(&report.decision()),
-    })
+    }))
 }
 
 fn retry_after_secs(decision: &Decision) -> Option<u64> {

@@ -31,13 +31,13 @@ pin_project! {
     #[project = StateProj]
     enum State<F, S, ReqBody> {
         /// The service is answering; `fields`, when there are any to
-        /// write, become headers (boxed: a report is a few hundred bytes
-        /// that every admitted request would otherwise carry in its
-        /// future, and copy at each move, without one).
+        /// write, become headers (the report boxed: a report is a few
+        /// hundred bytes that every admitted request would otherwise carry
+        /// in its future, and copy at each move, without one).
         Serving {
             #[pin]
             future: F,
-            fields: Option<Box<Fields>>,
+            fields: Option<Fields>,
         },
         /// The layer answered (429, no key); taken once.
         Answered {
@@ -53,7 +53,7 @@ pin_project! {
 }
 
 struct Waiting<S, ReqBody> {
-    pending: Pending,
+    pending: Box<Pending>,
     service: Option<S>,
     request: Option<Request<ReqBody>>,
     config: Arc<Config>,
@@ -64,17 +64,15 @@ struct Waiting<S, ReqBody> {
 /// configuration: the common admission (no fields) takes no reference, so
 /// no shared count is written for it.
 struct Fields {
-    report: Report,
+    report: Box<Report>,
     config: Arc<Config>,
 }
 
 impl Fields {
-    fn new(report: Option<Report>, config: &Arc<Config>) -> Option<Box<Fields>> {
-        report.map(|report| {
-            Box::new(Fields {
-                report,
-                config: Arc::clone(config),
-            })
+    fn new(report: Option<Box<Report>>, config: &Arc<Config>) -> Option<Fields> {
+        report.map(|report| Fields {
+            report,
+            config: Arc::clone(config),
         })
     }
 }
@@ -83,7 +81,11 @@ impl<S, ReqBody, K> ResponseFuture<S, ReqBody, K>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn serving(future: S::Future, report: Option<Report>, config: &Arc<Config>) -> Self {
+    pub(crate) fn serving(
+        future: S::Future,
+        report: Option<Box<Report>>,
+        config: &Arc<Config>,
+    ) -> Self {
         ResponseFuture {
             state: State::Serving {
                 future,
@@ -103,7 +105,7 @@ where
     }
 
     pub(crate) fn waiting(
-        pending: Pending,
+        pending: Box<Pending>,
         service: S,
         request: Request<ReqBody>,
         config: Arc<Config>,

@@ -77,14 +77,16 @@ pub(crate) struct Config {
     pub(crate) counters: StripedCounters,
 }
 
-/// What to do with a request once decided.
+/// What to do with a request once decided. (The report and the pending
+/// check are boxed, as in [`Verdict`]: the common admission moves a few
+/// words, not a report's few hundred bytes.)
 pub(crate) enum Settled {
     /// Call the service; add these headers to its response.
-    Serve(Option<Report>),
+    Serve(Option<Box<Report>>),
     /// Send this response instead.
     Answer(Response<Bytes>),
     /// Await the backend first.
-    Wait(Pending),
+    Wait(Box<Pending>),
 }
 
 impl Config {
