@@ -26,6 +26,10 @@
 //! previous answer has arrived, ROUNDS times each: the layer's latency
 //! without queueing (p50 / p99 / p99.9).
 //!
+//! `SATURATION_ONLY=1` in the environment runs the saturation phases and
+//! their summary only (no million-key, paced, unloaded or in-process
+//! part), for repeated runs (`RUNS` in `scripts/http-load.sh`).
+//!
 //! `CLIENT=raw` in the environment makes the loaded phases' (saturation,
 //! million keys, paced) load
 //! generator write each request as bytes and read each response by its
@@ -1077,8 +1081,11 @@ fn main() {
         }
     }
 
+    // `SATURATION_ONLY`: the saturation phases and their summary, nothing
+    // else (for `scripts/http-load.sh`'s repeated runs).
+    let saturation_only = std::env::var_os("SATURATION_ONLY").is_some();
     // Under a control no limiter holds keys: nothing to show.
-    let million = real_layer.then(|| {
+    let million = (real_layer && !saturation_only).then(|| {
         let million = load(
             limited,
             conns,
@@ -1095,11 +1102,13 @@ fn main() {
     // Below saturation: at half the bare server's rate, what the layer adds
     // to each request's latency without the queueing that saturation adds.
     let rate = (base / f64::from(rounds) / 2.0).round();
-    println!();
-    println!("At a fixed {rate:.0} requests/s (half the bare saturation rate):");
-    println!();
-    println!("{HEADER}");
-    for round in 1..=rounds {
+    if !saturation_only {
+        println!();
+        println!("At a fixed {rate:.0} requests/s (half the bare saturation rate):");
+        println!();
+        println!("{HEADER}");
+    }
+    for round in (1..=rounds).filter(|_| !saturation_only) {
         for (name, addr) in [("no layer", bare), ("layer, one rule", limited)] {
             let outcome = load(
                 addr,
@@ -1117,15 +1126,17 @@ fn main() {
     // Unloaded: one connection to each server, closed loop, a bounded
     // count; no queue. The two servers take turns, request by request, so
     // that whatever else the machine runs weighs on both alike.
-    println!();
-    println!(
-        "Unloaded: one connection to each server, {unloaded} requests each, \
-         one at a time, alternating between the servers:"
-    );
-    println!();
-    println!("{HEADER}");
+    if !saturation_only {
+        println!();
+        println!(
+            "Unloaded: one connection to each server, {unloaded} requests each, \
+             one at a time, alternating between the servers:"
+        );
+        println!();
+        println!("{HEADER}");
+    }
     let mut quiet: [Pooled; 4] = Default::default();
-    for round in 1..=rounds {
+    for round in (1..=rounds).filter(|_| !saturation_only) {
         for (pair, (names, headers)) in quiet.chunks_mut(2).zip([
             (
                 ["no layer", "layer, anonymous by IP, one rule"],
@@ -1190,6 +1201,9 @@ fn main() {
         paired(&|r| pct(r[3].1, r[2].1)),
         paired(&|r| r[3].1 - r[2].1),
     );
+    if saturation_only {
+        return;
+    }
     let [q_base, q_one, q_base_token, q_two] = &mut quiet;
     for (label, bare, layered) in [
         ("one rule", q_base, q_one),

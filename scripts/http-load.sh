@@ -17,6 +17,13 @@
 # ROUNDS (default 8) and UNLOADED (default 20000) in the environment
 # change the rounds and the unloaded requests per round. Loopback only,
 # bounded: about 2 minutes per control.
+#
+# RUNS=N (N > 1) runs the saturation setup only, N times per control,
+# the controls taking turns (bare, CONTROL..., bare, ...), and prints each
+# run's median paired throughput ratios, then the median over the runs:
+# a run's median moves by a few points from run to run (each run starts
+# its servers afresh), which a single run cannot show. About 70 s per
+# control per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +34,29 @@ controls=("$@")
 
 cargo build --release --example axum_load --features axum
 bin=target/release/examples/axum_load
+
+runs="${RUNS:-1}"
+if [ "$runs" -gt 1 ]; then
+  results=$(mktemp)
+  trap 'rm -f "$results"' EXIT
+  for run in $(seq 1 "$runs"); do
+    for control in bare "${controls[@]}"; do
+      line=$(SATURATION_ONLY=1 PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
+        "$bin" 2 32 "$rounds" default 200 "$control" | grep '^Median')
+      one=$(sed -E 's/.*throughput one rule ([-+0-9.]+)%.*/\1/' <<<"$line")
+      two=$(sed -E 's/.*, two rules ([-+0-9.]+)%; server.*/\1/' <<<"$line")
+      echo "saturation, run $run, $control: throughput one rule $one%, two rules $two%"
+      echo "$control $one $two" >>"$results"
+    done
+  done
+  median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+  for control in bare "${controls[@]}"; do
+    one=$(awk -v c="$control" '$1 == c {print $2}' "$results" | median)
+    two=$(awk -v c="$control" '$1 == c {print $3}' "$results" | median)
+    echo "== $control, median over $runs runs: throughput one rule $one%, two rules $two%"
+  done
+  exit 0
+fi
 
 for control in bare "${controls[@]}"; do
   echo "== saturation, $control ($rounds rounds of 2 s)"
