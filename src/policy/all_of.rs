@@ -469,7 +469,8 @@ fn two_phase<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<
 /// takes no stripe. If such a check takes the last slot of member `B`
 /// between this `AllOf`'s peek and its check of `B`, the members after `B`
 /// have recorded the request and `B` denies it: the request is refused but
-/// charged to those members (the limiters have no refund). To rule that
+/// charged to those members (`AllOf` does not give it back: [`Limit`] has
+/// no refund, though [`RateLimiter::refund`] does). To rule that
 /// out, route every use of a shared limiter through `AllOf`s (a one-member
 /// `AllOf` costs no lock) or give `AllOf` its own limiters. The lock is held
 /// for two lock-free operations per member, tens of nanoseconds.
