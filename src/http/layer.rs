@@ -502,7 +502,7 @@ impl RateLimitLayer {
     /// with each connection's peer address: the cheapest placement, each
     /// request passing through the layer once, before routing, instead of
     /// through the copy of it that `Router::layer` puts in each route
-    /// (about 880 fewer instructions per request in the README's "HTTP
+    /// (about 900 fewer instructions per request in the README's "HTTP
     /// servers"). The router's handlers are made routes once
     /// (`with_state(())`), as `Router::into_make_service_with_connect_info`
     /// does.
