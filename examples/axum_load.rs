@@ -1083,7 +1083,7 @@ fn main() {
 
     // `SATURATION_ONLY`: the saturation phases and their summary, nothing
     // else (for `scripts/http-load.sh`'s repeated runs).
-    let saturation_only = std::env::var_os("SATURATION_ONLY").is_some();
+    let saturation_only = std::env::var("SATURATION_ONLY").is_ok_and(|v| v == "1");
     // Under a control no limiter holds keys: nothing to show.
     let million = (real_layer && !saturation_only).then(|| {
         let million = load(

@@ -42,9 +42,16 @@ if [ "$runs" -gt 1 ]; then
   for run in $(seq 1 "$runs"); do
     for control in bare "${controls[@]}"; do
       line=$(SATURATION_ONLY=1 PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
-        "$bin" 2 32 "$rounds" default 200 "$control" | grep '^Median')
-      one=$(sed -E 's/.*throughput one rule ([-+0-9.]+)%.*/\1/' <<<"$line")
-      two=$(sed -E 's/.*, two rules ([-+0-9.]+)%; server.*/\1/' <<<"$line")
+        "$bin" 2 32 "$rounds" default 200 "$control" | grep '^Median') || {
+        echo "run $run, $control: the harness printed no Median line" >&2
+        exit 1
+      }
+      one=$(sed -nE 's/.*throughput one rule ([-+]?[0-9.]+)%.*/\1/p' <<<"$line")
+      two=$(sed -nE 's/.*, two rules ([-+]?[0-9.]+)%; server.*/\1/p' <<<"$line")
+      if [ -z "$one" ] || [ -z "$two" ]; then
+        echo "run $run, $control: no ratios in: $line" >&2
+        exit 1
+      fi
       echo "saturation, run $run, $control: throughput one rule $one%, two rules $two%"
       echo "$control $one $two" >>"$results"
     done

@@ -209,3 +209,79 @@ fn direct_check_allocates_nothing() {
 fn keyed_check_of_known_key_allocates_nothing() {
     for_each_algorithm(&mut Keyed);
 }
+
+/// The HTTP layer admits a request of a known key without allocating: one
+/// rule (a client IP), two rules all or nothing (a bearer token, `AllOf`
+/// over two keyed limiters), fields on 429s only (the default). A layer
+/// that puts the fields on every response allocates (its report and the
+/// header values): the counter sees the layer's allocations.
+#[cfg(feature = "tower")]
+#[test]
+fn the_http_layer_admits_without_allocating() {
+    use http_body_util::Full;
+    use rategate::http::{ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+    use std::convert::Infallible;
+    use std::future::Future;
+    use std::net::SocketAddr;
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+    use tower::{Layer, Service};
+
+    type Keyed = KeyedRateLimiter<String, TokenBucket>;
+    let keyed = || Arc::new(Keyed::new(Quota::per_second(1_000_000).unwrap()).unwrap());
+    let builder = || {
+        RateLimitLayer::builder()
+            .tier(
+                Tier::new("signed-in", KeyExtractor::bearer_token())
+                    .rule(Rule::new("hourly", keyed()))
+                    .rule(Rule::new("read", keyed()).when(Matcher::reads())),
+            )
+            .tier(
+                Tier::new("anonymous", KeyExtractor::client_ip(ClientIp::new()))
+                    .rule(Rule::new("hourly", keyed()).when(!Matcher::path_prefix("/graphql"))),
+            )
+    };
+    let peer: SocketAddr = "203.0.113.9:4000".parse().unwrap();
+    let request = |signed_in: bool| {
+        let mut builder = http::Request::get("/v1/charges");
+        if signed_in {
+            builder = builder.header("authorization", "Bearer tok_alice");
+        }
+        let mut request = builder.body(()).unwrap();
+        request.extensions_mut().insert(peer);
+        request
+    };
+    // Allocations while the layer decides and serves `requests` (built
+    // beforehand: building a request allocates) and their responses are
+    // dropped; the second of two batches, the first having stored the keys.
+    let allocations = |layer: RateLimitLayer, signed_in: bool| {
+        let inner = tower::service_fn(|_: http::Request<()>| {
+            std::future::ready(Ok::<_, Infallible>(http::Response::new(
+                Full::<bytes::Bytes>::default(),
+            )))
+        });
+        let mut service = layer.same_body().layer(inner);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut batch = |requests: Vec<http::Request<()>>| {
+            let before = ALLOCATIONS.with(Cell::get);
+            for request in requests {
+                assert!(service.poll_ready(&mut cx).is_ready());
+                let mut future = pin!(service.call(request));
+                let Poll::Ready(Ok(response)) = future.as_mut().poll(&mut cx) else {
+                    panic!("an in-memory decision is ready at once");
+                };
+                assert_eq!(response.status(), http::StatusCode::OK);
+            }
+            ALLOCATIONS.with(Cell::get) - before
+        };
+        batch((0..10).map(|_| request(signed_in)).collect());
+        batch((0..1_000).map(|_| request(signed_in)).collect())
+    };
+    let default = || builder().build().unwrap();
+    assert_eq!(allocations(default(), false), 0, "one rule allocated");
+    assert_eq!(allocations(default(), true), 0, "two rules allocated");
+    let every_response = || builder().headers_on_allowed(true).build().unwrap();
+    assert!(allocations(every_response(), false) >= 1_000);
+    assert!(allocations(every_response(), true) >= 1_000);
+}

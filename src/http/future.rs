@@ -53,7 +53,7 @@ pin_project! {
 }
 
 struct Waiting<S, ReqBody> {
-    pending: Box<Pending>,
+    pending: Pending,
     service: Option<S>,
     request: Option<Request<ReqBody>>,
     config: Arc<Config>,
@@ -105,7 +105,7 @@ where
     }
 
     pub(crate) fn waiting(
-        pending: Box<Pending>,
+        pending: Pending,
         service: S,
         request: Request<ReqBody>,
         config: Arc<Config>,

@@ -352,10 +352,11 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// With in-memory limiters and the default (fields on 429s only) the layer
 /// adds about 1,220 instructions per request with one rule and 2,550 with
 /// two rules checked all or nothing (each limit looked up once; for up to
-/// four rules the layer's one allocation is the header values' buffer, on
-/// a response that carries the fields: a key from a header or an IPv4
-/// address is borrowed or kept on the stack, copied only when a limiter
-/// stores a new key), counted by callgrind over `cargo run
+/// four rules an admission without the fields allocates nothing, and one
+/// that carries them, or a 429, allocates its report and the header
+/// values' buffer: a key from a header or an IPv4 address is borrowed or
+/// kept on the stack, copied only when a limiter stores a new key),
+/// counted by callgrind over `cargo run
 /// --release --example axum_load --features axum -- in-process 20000
 /// one|two` (a service that answers at once). Through axum's `Router`,
 /// wrapped around it (`RateLimitLayer::around`, feature `axum`) the example's
@@ -618,10 +619,11 @@ where
             Settled::Wait(pending) => {
                 // The service made ready by `poll_ready` goes with the
                 // request; this one keeps a fresh clone (tower's pattern
-                // for a service called after an await).
+                // for a service called after an await). The pending check
+                // moves out of its box into the future's: one allocation.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::waiting(pending, ready, request, Arc::clone(&self.config))
+                ResponseFuture::waiting(*pending, ready, request, Arc::clone(&self.config))
             }
         }
     }

@@ -427,6 +427,7 @@ impl fmt::Debug for Rule {
             .field("name", &self.name)
             .field("quota", &quota)
             .field("async", &matches!(self.limiter, RuleLimiter::Async(_)))
+            .field("when", &self.when)
             .finish_non_exhaustive()
     }
 }
@@ -635,6 +636,16 @@ mod tests {
         let twice = !!graphql;
         assert!(matches!(twice.0, Test::PathPrefix(_)));
         assert!(twice.matches(&head(Method::GET, "/graphql")));
+    }
+
+    #[test]
+    fn a_rules_debug_says_when_it_applies() {
+        let limiter = Arc::new(
+            RateLimiter::<crate::TokenBucket>::new(Quota::per_second(5).unwrap()).unwrap(),
+        );
+        let rule = Rule::new("writes", limiter).when(Matcher::writes());
+        let debug = format!("{rule:?}");
+        assert!(debug.contains("when: Some(Writes)"), "{debug}");
     }
 
     #[test]
