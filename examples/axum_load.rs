@@ -1101,28 +1101,29 @@ fn main() {
 
     // Below saturation: at half the bare server's rate, what the layer adds
     // to each request's latency without the queueing that saturation adds.
-    let rate = (base / f64::from(rounds) / 2.0).round();
     if !saturation_only {
+        let rate = (base / f64::from(rounds) / 2.0).round();
         println!();
         println!("At a fixed {rate:.0} requests/s (half the bare saturation rate):");
         println!();
         println!("{HEADER}");
-    }
-    for round in (1..=rounds).filter(|_| !saturation_only) {
-        for (name, addr) in [("no layer", bare), ("layer, one rule", limited)] {
-            let outcome = load(
-                addr,
-                conns,
-                secs,
-                u64::MAX,
-                "/v1/charges",
-                no_headers,
-                Some(rate),
-            );
-            report(&format!("{name}, paced (round {round})"), &outcome);
+        for round in 1..=rounds {
+            for (name, addr) in [("no layer", bare), ("layer, one rule", limited)] {
+                let outcome = load(
+                    addr,
+                    conns,
+                    secs,
+                    u64::MAX,
+                    "/v1/charges",
+                    no_headers,
+                    Some(rate),
+                );
+                report(&format!("{name}, paced (round {round})"), &outcome);
+            }
         }
     }
 
+    let mut quiet: [Pooled; 4] = Default::default();
     // Unloaded: one connection to each server, closed loop, a bounded
     // count; no queue. The two servers take turns, request by request, so
     // that whatever else the machine runs weighs on both alike.
@@ -1134,26 +1135,25 @@ fn main() {
         );
         println!();
         println!("{HEADER}");
-    }
-    let mut quiet: [Pooled; 4] = Default::default();
-    for round in (1..=rounds).filter(|_| !saturation_only) {
-        for (pair, (names, headers)) in quiet.chunks_mut(2).zip([
-            (
-                ["no layer", "layer, anonymous by IP, one rule"],
-                no_headers as Headers,
-            ),
-            (
-                [
-                    "no layer, signed-in requests",
-                    "layer, signed-in by token, hourly + read all or nothing",
-                ],
-                token,
-            ),
-        ]) {
-            let outcomes = unloaded_pair([bare, limited], unloaded, headers);
-            for ((pooled, name), outcome) in pair.iter_mut().zip(names).zip(&outcomes) {
-                report(&format!("{name}, unloaded (round {round})"), outcome);
-                pooled.add(outcome);
+        for round in 1..=rounds {
+            for (pair, (names, headers)) in quiet.chunks_mut(2).zip([
+                (
+                    ["no layer", "layer, anonymous by IP, one rule"],
+                    no_headers as Headers,
+                ),
+                (
+                    [
+                        "no layer, signed-in requests",
+                        "layer, signed-in by token, hourly + read all or nothing",
+                    ],
+                    token,
+                ),
+            ]) {
+                let outcomes = unloaded_pair([bare, limited], unloaded, headers);
+                for ((pooled, name), outcome) in pair.iter_mut().zip(names).zip(&outcomes) {
+                    report(&format!("{name}, unloaded (round {round})"), outcome);
+                    pooled.add(outcome);
+                }
             }
         }
     }

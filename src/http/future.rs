@@ -53,7 +53,9 @@ pin_project! {
 }
 
 struct Waiting<S, ReqBody> {
-    pending: Pending,
+    /// Boxed by the decision (verdicts stay small) and kept so: moving it
+    /// out would copy it and free its box for nothing.
+    pending: Box<Pending>,
     service: Option<S>,
     request: Option<Request<ReqBody>>,
     config: Arc<Config>,
@@ -105,7 +107,7 @@ where
     }
 
     pub(crate) fn waiting(
-        pending: Pending,
+        pending: Box<Pending>,
         service: S,
         request: Request<ReqBody>,
         config: Arc<Config>,

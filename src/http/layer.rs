@@ -619,13 +619,13 @@ where
             Settled::Wait(pending) => {
                 // The service made ready by `poll_ready` goes with the
                 // request; this one keeps a fresh clone (tower's pattern
-                // for a service called after an await). The pending check,
-                // boxed by the decision so that verdicts stay small, moves
-                // into the future's own box: two small allocations per
-                // wait, beside a round trip to the store.
+                // for a service called after an await). Two small
+                // allocations per wait, beside a round trip to the store:
+                // the pending check's box (the decision's) and the
+                // future's waiting state.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::waiting(*pending, ready, request, Arc::clone(&self.config))
+                ResponseFuture::waiting(pending, ready, request, Arc::clone(&self.config))
             }
         }
     }
