@@ -3,7 +3,7 @@
 
 use super::fields::RateLimitFields;
 use super::key::{Key, KeyError};
-use super::policy::{Backend, BackendFuture, Rule, RuleLimiter, Tier};
+use super::policy::{Backend, BackendFuture, Head, Rule, RuleLimiter, Tier};
 use crate::policy::Limit;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
@@ -186,36 +186,35 @@ pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Ver
 }
 
 fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -> Verdict {
-    let mut applying = tier.rules.iter().filter(|rule| rule.applies(parts));
-    let Some(first) = applying.next() else {
+    let head = Head::new(parts);
+    let mut rules = tier.rules.iter();
+    let Some(first) = rules.by_ref().find(|rule| rule.applies(&head)) else {
         return Verdict::Unlimited;
     };
-    let Some(second) = applying.next() else {
+    let Some(second) = rules.by_ref().find(|rule| rule.applies(&head)) else {
         return decide_one(tier, first, key, parts, report_allowed);
     };
     // Several rules, all in memory (the builder refuses an async rule
-    // beside others). Each matcher runs once; up to `INLINE` members stay
-    // on the stack.
+    // beside others; one that got here anyway is left out). Each matcher
+    // runs once; up to `INLINE` members stay on the stack.
     let key = key.as_str();
-    let mut members = [first, second]
-        .into_iter()
-        .chain(applying)
-        .filter_map(|rule| match &rule.limiter {
-            RuleLimiter::Sync(backend) => Some(Bound {
-                rule,
-                backend: &**backend,
-                key,
-                cost: rule.cost_of(parts),
-            }),
-            RuleLimiter::Async(_) => None,
-        });
-    let Some(head) = members.next() else {
-        return Verdict::Unlimited;
+    let bound = |rule| Bound::new(rule, key, parts);
+    let (Some(a), Some(b)) = (bound(first), bound(second)) else {
+        let members: Vec<Bound<'_>> = [first, second]
+            .into_iter()
+            .chain(rules.filter(|rule| rule.applies(&head)))
+            .filter_map(bound)
+            .collect();
+        return match members.as_slice() {
+            [] => Verdict::Unlimited,
+            members => decide_all(tier, members, report_allowed),
+        };
     };
-    let mut inline = [head; INLINE];
-    let mut n = 1;
+    let mut inline = [a; INLINE];
+    inline[1] = b;
+    let mut n = 2;
     let mut spill = Vec::new();
-    for member in members {
+    for member in rules.filter(|rule| rule.applies(&head)).filter_map(bound) {
         if n < INLINE {
             inline[n] = member;
         } else {
@@ -290,6 +289,22 @@ struct Bound<'a> {
     cost: u32,
 }
 
+impl<'a> Bound<'a> {
+    /// `rule` bound to `key` and its cost for the request whose head is
+    /// `parts`; `None` for an async rule.
+    fn new(rule: &'a Rule, key: &'a str, parts: &Parts) -> Option<Bound<'a>> {
+        match &rule.limiter {
+            RuleLimiter::Sync(backend) => Some(Bound {
+                rule,
+                backend: &**backend,
+                key,
+                cost: rule.cost_of(parts),
+            }),
+            RuleLimiter::Async(_) => None,
+        }
+    }
+}
+
 impl Limit for Bound<'_> {
     fn check_n(&self, times: u32) -> Result<Decision, CheckError> {
         self.backend
@@ -325,10 +340,9 @@ impl Limit for Bound<'_> {
     }
 }
 
-/// Several rules: admitted by all or by none, through
-/// [`policy::decide_all`](crate::policy::decide_all) (what
-/// [`AllOf`](crate::policy::AllOf) runs), each limit looked up once. Each
-/// member's own decision (after an admission what is left, after a denial
+/// Several rules: admitted by all or by none, through the all-or-nothing
+/// check [`AllOf`](crate::policy::AllOf) runs, each limit looked up once.
+/// Each member's own decision (after an admission what is left, after a denial
 /// its peek at the refused cost) gives its rule's headers.
 fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdict {
     let none = Decision::allow(0, 0, 0);
@@ -340,8 +354,8 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         spill.resize(members.len(), none);
         &mut spill
     };
-    let report = match crate::policy::decide_all(members, 1, decisions) {
-        Ok(report) => report,
+    let allowed = match crate::policy::admits_all(members, 1, decisions) {
+        Ok(allowed) => allowed,
         Err(error) => {
             return Verdict::CostTooHigh {
                 policy: Arc::clone(&members[error.member].rule.name),
@@ -350,9 +364,11 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
             };
         }
     };
-    if report.is_allowed() && !report_allowed {
+    if allowed && !report_allowed {
+        // The binding decision is found only for the headers.
         return Verdict::Allowed;
     }
+    let report = crate::policy::bind(decisions);
     let state = |(member, decision): (&Bound<'_>, &Decision)| {
         PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
     };
@@ -364,7 +380,7 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         tier: Arc::clone(&tier.name),
         policies,
         binding: report.binding().unwrap_or(0),
-        allowed: report.is_allowed(),
+        allowed,
         // A shadow rule stands alone in its tier.
         shadow: false,
         retry_after_secs: retry_after_secs(&report.decision()),

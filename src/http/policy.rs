@@ -247,7 +247,13 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
-pub struct Matcher(Test);
+pub struct Matcher {
+    test: Test,
+    /// The same test as one method mask and at most one path prefix, when
+    /// it is one (most rules: `reads`, `!path_prefix(..).and(writes())`):
+    /// decided in a few instructions, without walking the tree.
+    flat: Option<Flat>,
+}
 
 type MatchFn = dyn Fn(&Parts) -> bool + Send + Sync;
 
@@ -264,9 +270,77 @@ enum Test {
     Fn(Arc<MatchFn>),
 }
 
+/// A matcher that is "the method is in `methods`, and the path is (or,
+/// `negated`, is not) under `prefix`".
+#[derive(Clone)]
+struct Flat {
+    /// [`method_bit`]s.
+    methods: u16,
+    prefix: Option<Arc<str>>,
+    negated: bool,
+}
+
+impl Flat {
+    fn methods(methods: u16) -> Option<Flat> {
+        Some(Flat {
+            methods,
+            prefix: None,
+            negated: false,
+        })
+    }
+
+    #[inline]
+    fn test(&self, head: &Head<'_>) -> bool {
+        self.methods & head.method != 0
+            && self
+                .prefix
+                .as_ref()
+                .is_none_or(|prefix| under(head.path, prefix.as_bytes()) != self.negated)
+    }
+
+    /// Both: the methods both allow, and the one prefix either tests.
+    fn and(a: &Flat, b: &Flat) -> Option<Flat> {
+        let (prefix, negated) = match (&a.prefix, &b.prefix) {
+            (Some(_), Some(_)) => return None,
+            (Some(p), None) => (Some(p), a.negated),
+            (None, Some(p)) => (Some(p), b.negated),
+            (None, None) => (None, false),
+        };
+        Some(Flat {
+            methods: a.methods & b.methods,
+            prefix: prefix.cloned(),
+            negated,
+        })
+    }
+
+    /// Neither: the other methods, or the other paths (not both at once:
+    /// "not (M and P)" is an `or`).
+    fn not(&self) -> Option<Flat> {
+        match &self.prefix {
+            None => Flat::methods(ALL & !self.methods),
+            Some(prefix) if self.methods == ALL => Some(Flat {
+                methods: ALL,
+                prefix: Some(Arc::clone(prefix)),
+                negated: !self.negated,
+            }),
+            Some(_) => None,
+        }
+    }
+}
+
+/// Whether `path` is `prefix` or continues it after a `/`.
+#[inline]
+fn under(path: &[u8], prefix: &[u8]) -> bool {
+    // Byte by byte: a prefix is a few bytes, shorter than a call to
+    // `memcmp` (what `starts_with` compiles to).
+    path.len() >= prefix.len()
+        && path.iter().zip(prefix).all(|(a, b)| a == b)
+        && path.get(prefix.len()).is_none_or(|&next| next == b'/')
+}
+
 impl fmt::Debug for Matcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
+        match &self.test {
             Test::Reads => f.write_str("Reads"),
             Test::Writes => f.write_str("Writes"),
             Test::Methods(methods) => f.debug_tuple("Methods").field(methods).finish(),
@@ -284,62 +358,140 @@ impl fmt::Debug for Matcher {
 }
 
 impl Matcher {
+    fn new(test: Test, flat: Option<Flat>) -> Matcher {
+        Matcher { test, flat }
+    }
+
     /// Requests for which `f` is true.
     pub fn from_fn(f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Matcher {
-        Matcher(Test::Fn(Arc::new(f)))
+        Matcher::new(Test::Fn(Arc::new(f)), None)
     }
 
     /// Reads: `GET`, `HEAD` and `OPTIONS` (Stripe's read limit).
     pub fn reads() -> Matcher {
-        Matcher(Test::Reads)
+        Matcher::new(Test::Reads, Flat::methods(READS))
     }
 
     /// Writes: every method that is not a read (Stripe's write limit).
     pub fn writes() -> Matcher {
-        Matcher(Test::Writes)
+        Matcher::new(Test::Writes, Flat::methods(ALL & !READS))
     }
 
     /// Requests with one of `methods`.
     pub fn methods(methods: impl IntoIterator<Item = Method>) -> Matcher {
-        Matcher(Test::Methods(methods.into_iter().collect()))
+        let methods: Arc<[Method]> = methods.into_iter().collect();
+        let bits = methods
+            .iter()
+            .map(method_bit)
+            .fold(0, |bits, bit| bits | bit);
+        // An extension method is one bit for all of them: such a list is
+        // compared method by method.
+        let flat = if bits & EXTENSION == 0 {
+            Flat::methods(bits)
+        } else {
+            None
+        };
+        Matcher::new(Test::Methods(methods), flat)
     }
 
     /// Requests whose path is `prefix` or continues it after a `/`
     /// (`/graphql` matches `/graphql` and `/graphql/x`, not `/graphqlx`).
     pub fn path_prefix(prefix: &str) -> Matcher {
-        Matcher(Test::PathPrefix(Arc::from(prefix.trim_end_matches('/'))))
+        let prefix: Arc<str> = Arc::from(prefix.trim_end_matches('/'));
+        let flat = Some(Flat {
+            methods: ALL,
+            prefix: Some(Arc::clone(&prefix)),
+            negated: false,
+        });
+        Matcher::new(Test::PathPrefix(prefix), flat)
     }
 
     /// Requests both matchers match.
     pub fn and(self, other: Matcher) -> Matcher {
-        Matcher(Test::And(Arc::new((self, other))))
+        let flat = match (&self.flat, &other.flat) {
+            (Some(a), Some(b)) => Flat::and(a, b),
+            _ => None,
+        };
+        Matcher::new(Test::And(Arc::new((self, other))), flat)
     }
 
     /// Requests either matcher matches.
     pub fn or(self, other: Matcher) -> Matcher {
-        Matcher(Test::Or(Arc::new((self, other))))
+        Matcher::new(Test::Or(Arc::new((self, other))), None)
     }
 
     /// Whether the request whose head is `parts` matches.
     pub fn matches(&self, parts: &Parts) -> bool {
-        match &self.0 {
-            Test::Reads => is_read(&parts.method),
-            Test::Writes => !is_read(&parts.method),
-            Test::Methods(methods) => methods.contains(&parts.method),
-            Test::PathPrefix(prefix) => {
-                let (path, prefix) = (parts.uri.path().as_bytes(), prefix.as_bytes());
-                // Byte by byte: a prefix is a few bytes, shorter than a
-                // call to `memcmp` (what `starts_with` compiles to).
-                path.len() >= prefix.len()
-                    && path.iter().zip(prefix).all(|(a, b)| a == b)
-                    && path.get(prefix.len()).is_none_or(|&next| next == b'/')
-            }
-            Test::And(both) => both.0.matches(parts) && both.1.matches(parts),
-            Test::Or(either) => either.0.matches(parts) || either.1.matches(parts),
-            Test::Not(inner) => !inner.matches(parts),
-            Test::Fn(f) => f(parts),
+        self.test(&Head::new(parts))
+    }
+
+    /// [`matches`](Self::matches) on a head read once for every rule.
+    #[inline]
+    pub(crate) fn test(&self, head: &Head<'_>) -> bool {
+        match &self.flat {
+            Some(flat) => flat.test(head),
+            None => self.walk(head),
         }
     }
+
+    fn walk(&self, head: &Head<'_>) -> bool {
+        match &self.test {
+            Test::Reads => head.method & READS != 0,
+            Test::Writes => head.method & READS == 0,
+            Test::Methods(methods) => methods.contains(&head.parts.method),
+            Test::PathPrefix(prefix) => under(head.path, prefix.as_bytes()),
+            Test::And(both) => both.0.test(head) && both.1.test(head),
+            Test::Or(either) => either.0.test(head) || either.1.test(head),
+            Test::Not(inner) => !inner.test(head),
+            Test::Fn(f) => f(head.parts),
+        }
+    }
+}
+
+/// What the built-in matchers read from a request, read once per request
+/// rather than once per rule: its method as a bit and its path.
+pub(crate) struct Head<'a> {
+    pub(crate) parts: &'a Parts,
+    /// [`method_bit`] of the method.
+    method: u16,
+    path: &'a [u8],
+}
+
+impl<'a> Head<'a> {
+    pub(crate) fn new(parts: &'a Parts) -> Head<'a> {
+        Head {
+            parts,
+            method: method_bit(&parts.method),
+            path: parts.uri.path().as_bytes(),
+        }
+    }
+}
+
+/// `GET`, `HEAD` and `OPTIONS` as [`method_bit`]s.
+const READS: u16 = 1 | (1 << 1) | (1 << 2);
+/// Every extension method's [`method_bit`].
+const EXTENSION: u16 = 1 << 15;
+/// Every method.
+const ALL: u16 = ((1 << 9) - 1) | EXTENSION;
+
+/// One bit per standard method (the reads first, `GET` tested first);
+/// [`EXTENSION`] for any other.
+fn method_bit(method: &Method) -> u16 {
+    const STANDARD: [Method; 9] = [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::CONNECT,
+        Method::TRACE,
+    ];
+    STANDARD
+        .iter()
+        .position(|m| m == method)
+        .map_or(EXTENSION, |i| 1 << i)
 }
 
 /// Requests the matcher does not match (`!Matcher::path_prefix("/graphql")`:
@@ -348,10 +500,14 @@ impl std::ops::Not for Matcher {
     type Output = Matcher;
 
     fn not(self) -> Matcher {
-        match self.0 {
+        match self.test {
             // `!!m` is `m`.
             Test::Not(inner) => Arc::unwrap_or_clone(inner),
-            test => Matcher(Test::Not(Arc::new(Matcher(test)))),
+            test => {
+                let flat = self.flat.as_ref().and_then(Flat::not);
+                let inner = Matcher::new(test, self.flat);
+                Matcher::new(Test::Not(Arc::new(inner)), flat)
+            }
         }
     }
 }
@@ -366,10 +522,6 @@ fn policy_header(name: &str, quota: &Quota) -> HeaderValue {
     )
     .policy_item(name);
     HeaderValue::from_str(&item).unwrap_or_else(|_| HeaderValue::from_static("\"default\";q=0"))
-}
-
-fn is_read(method: &Method) -> bool {
-    *method == Method::GET || *method == Method::HEAD || *method == Method::OPTIONS
 }
 
 type CostFn = dyn Fn(&Parts) -> u32 + Send + Sync;
@@ -518,8 +670,8 @@ impl Rule {
         &self.name
     }
 
-    pub(crate) fn applies(&self, parts: &Parts) -> bool {
-        self.when.as_ref().is_none_or(|m| m.matches(parts))
+    pub(crate) fn applies(&self, head: &Head<'_>) -> bool {
+        self.when.as_ref().is_none_or(|m| m.test(head))
     }
 
     pub(crate) fn cost_of(&self, parts: &Parts) -> u32 {
@@ -634,8 +786,101 @@ mod tests {
         assert!(!rest_writes.matches(&head(Method::GET, "/v1/charges")));
         // Two negations give the matcher back, not a chain of three.
         let twice = !!graphql;
-        assert!(matches!(twice.0, Test::PathPrefix(_)));
+        assert!(matches!(twice.test, Test::PathPrefix(_)));
         assert!(twice.matches(&head(Method::GET, "/graphql")));
+    }
+
+    /// The tree's meaning, read without any flat form.
+    fn reference(m: &Matcher, head: &Head<'_>) -> bool {
+        match &m.test {
+            Test::Reads => {
+                [Method::GET, Method::HEAD, Method::OPTIONS].contains(&head.parts.method)
+            }
+            Test::Writes => {
+                ![Method::GET, Method::HEAD, Method::OPTIONS].contains(&head.parts.method)
+            }
+            Test::Methods(methods) => methods.contains(&head.parts.method),
+            Test::PathPrefix(prefix) => {
+                let path = head.parts.uri.path();
+                path == &**prefix || path.starts_with(&format!("{prefix}/"))
+            }
+            Test::And(both) => reference(&both.0, head) && reference(&both.1, head),
+            Test::Or(either) => reference(&either.0, head) || reference(&either.1, head),
+            Test::Not(inner) => !reference(inner, head),
+            Test::Fn(f) => f(head.parts),
+        }
+    }
+
+    #[test]
+    fn flat_forms_decide_as_the_tree_does() {
+        let ext = Method::from_bytes(b"PURGE").unwrap();
+        let atoms = || {
+            vec![
+                Matcher::reads(),
+                Matcher::writes(),
+                Matcher::methods([Method::PUT, Method::PATCH]),
+                Matcher::methods([Method::GET, ext.clone()]),
+                Matcher::path_prefix("/a"),
+                Matcher::path_prefix("/a/b/"),
+                Matcher::from_fn(|p| p.uri.path().contains('x')),
+            ]
+        };
+        let mut matchers = Vec::new();
+        for a in atoms() {
+            matchers.push(!a.clone());
+            matchers.push(a.clone());
+            for b in atoms() {
+                matchers.push(a.clone().and(b.clone()));
+                matchers.push(!a.clone().and(b.clone()));
+                matchers.push((!a.clone()).and(b.clone()));
+                matchers.push(!(!a.clone()).and(!b.clone()));
+                matchers.push(a.clone().or(b.clone()));
+                matchers.push(!a.clone().or(b.clone()));
+            }
+        }
+        let methods = [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::CONNECT,
+            Method::TRACE,
+            ext.clone(),
+            Method::from_bytes(b"OTHER").unwrap(),
+        ];
+        let paths = [
+            "/", "/a", "/a/", "/ab", "/a/b", "/a/bx", "/a/b/c", "/x", "/b/a",
+        ];
+        for m in &matchers {
+            for method in &methods {
+                for path in paths {
+                    let parts = head(method.clone(), path);
+                    let h = Head::new(&parts);
+                    assert_eq!(m.test(&h), reference(m, &h), "{m:?} on {method} {path}");
+                }
+            }
+        }
+        // The forms rules use take the flat path.
+        let graphql = || Matcher::path_prefix("/graphql");
+        for m in [
+            Matcher::reads(),
+            Matcher::writes(),
+            !graphql(),
+            (!graphql()).and(Matcher::reads()),
+            graphql().and(Matcher::writes()),
+            Matcher::methods([Method::PUT, Method::PATCH]),
+        ] {
+            assert!(m.flat.is_some(), "{m:?}");
+        }
+        let walked = [
+            Matcher::reads().or(graphql()),
+            !graphql().and(Matcher::writes()),
+            Matcher::methods([ext]),
+        ];
+        assert!(walked.iter().all(|m| m.flat.is_none()));
     }
 
     #[test]

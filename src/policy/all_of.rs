@@ -283,12 +283,23 @@ struct Fold<'a> {
     /// Member `i`'s latest decision goes to `decisions[i]`, when the
     /// caller asked for them (an empty slice: not kept).
     decisions: &'a mut [Decision],
+    /// Only keep the decisions: the binding one is found afterwards, if at
+    /// all ([`bind`]).
+    keep_only: bool,
+    /// Every decision recorded admitted (a member records its peek and
+    /// then its check only when every peek admitted, so this is whether
+    /// the request was admitted everywhere).
+    all_allowed: bool,
 }
 
 impl Fold<'_> {
     fn record(&mut self, member: usize, decision: Decision) {
         if let Some(slot) = self.decisions.get_mut(member) {
             *slot = decision;
+        }
+        self.all_allowed &= decision.is_allowed();
+        if self.keep_only {
+            return;
         }
         // On a tie the first member binds, whatever order they came in.
         self.best = Some(match self.best {
@@ -307,6 +318,23 @@ impl Fold<'_> {
             member: self.best.map(|(i, _)| i),
         }
     }
+}
+
+/// The binding decision among members' final decisions (what
+/// [`decide_all`] returns), from those [`admits_all`] kept.
+#[cfg(feature = "tower")]
+pub(crate) fn bind(decisions: &[Decision]) -> AllOfDecision {
+    let mut fold = Fold {
+        best: None,
+        peeks_allowed: true,
+        decisions: &mut [],
+        keep_only: false,
+        all_allowed: true,
+    };
+    for (i, decision) in decisions.iter().enumerate() {
+        fold.record(i, *decision);
+    }
+    fold.finish()
 }
 
 /// Whether `b` binds more than `a`: a denial over an admission, the longer
@@ -338,14 +366,42 @@ pub(crate) fn decide_all<M: Limit>(
         best: None,
         peeks_allowed: true,
         decisions,
+        keep_only: false,
+        all_allowed: true,
     };
+    run(members, cost, &mut fold)?;
+    Ok(fold.finish())
+}
+
+/// [`decide_all`] without finding the binding decision: whether every
+/// member admitted, each member's decision kept in `decisions` as
+/// `decide_all` keeps them, for [`bind`] when the caller needs the
+/// binding one (the HTTP layer's admissions without headers do not).
+#[cfg(feature = "tower")]
+pub(crate) fn admits_all<M: Limit>(
+    members: &[M],
+    cost: u32,
+    decisions: &mut [Decision],
+) -> Result<bool, MemberError> {
+    let mut fold = Fold {
+        best: None,
+        peeks_allowed: true,
+        decisions,
+        keep_only: true,
+        all_allowed: true,
+    };
+    run(members, cost, &mut fold)?;
+    Ok(fold.all_allowed)
+}
+
+fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), MemberError> {
     if let [only] = members {
         // Alone, a member needs no lock: its own check is atomic.
         let decision = only
             .check_n(cost)
             .map_err(|error| MemberError { member: 0, error })?;
         fold.record(0, decision);
-        return Ok(fold.finish());
+        return Ok(());
     }
     let mut mask = 0u64;
     for member in members {
@@ -359,11 +415,11 @@ pub(crate) fn decide_all<M: Limit>(
         });
     with_stripes(mask, || {
         if distinct {
-            nested(members, 0, cost, &mut fold)?;
+            nested(members, 0, cost, fold)?;
         } else {
-            two_phase(members, cost, &mut fold)?;
+            two_phase(members, cost, fold)?;
         }
-        Ok(fold.finish())
+        Ok(())
     })
 }
 
