@@ -334,22 +334,42 @@ fn header_key<'a>(
     if bearer {
         // RFC 6750: `Bearer` is case-insensitive, followed by one or more
         // spaces.
-        let scheme_len = "bearer".len();
-        if key.len() <= scheme_len
-            || !key[..scheme_len].eq_ignore_ascii_case(b"bearer")
-            || key[scheme_len] != b' '
-        {
+        if !is_bearer_scheme(key) {
             return Err(invalid());
         }
-        key = key[scheme_len..].trim_ascii();
+        key = key[BEARER.len()..].trim_ascii();
     }
-    if key.is_empty() || key.len() > max_len || !key.iter().all(|b| b.is_ascii_graphic()) {
+    // Counted without stopping at the first bad byte: a loop the compiler
+    // runs on whole vectors (keys are valid but for an attack).
+    let bad = key.iter().filter(|b| !b.is_ascii_graphic()).count();
+    if key.is_empty() || key.len() > max_len || bad != 0 {
         return Err(invalid());
     }
     // SAFETY: every byte of `key` was just checked to be visible ASCII, so
     // it is valid UTF-8 (`from_utf8` would check it a second time on every
     // request).
     Ok(unsafe { std::str::from_utf8_unchecked(key) })
+}
+
+/// `Bearer` and the space after it.
+const BEARER: &[u8; 7] = b"bearer ";
+
+/// Whether `value` starts with `Bearer ` in any case, as one comparison of
+/// eight bytes rather than six of letters: setting bit 5 of a byte lowers
+/// an ASCII capital and leaves a small letter, and only those two bytes of
+/// each letter match a small letter after it (the space is compared as it
+/// is).
+fn is_bearer_scheme(value: &[u8]) -> bool {
+    let Some(scheme) = value.get(..BEARER.len()) else {
+        return false;
+    };
+    let mut word = [0u8; 8];
+    word[..BEARER.len()].copy_from_slice(scheme);
+    let mut expected = [0u8; 8];
+    expected[..BEARER.len()].copy_from_slice(BEARER);
+    // Bit 5 of the six letters' bytes.
+    const LOWER: u64 = 0x0000_2020_2020_2020;
+    u64::from_le_bytes(word) | LOWER == u64::from_le_bytes(expected)
 }
 
 #[cfg(test)]
@@ -398,6 +418,35 @@ mod tests {
             x.extract(&parts(&[])),
             Err(KeyError::MissingHeader(http::header::AUTHORIZATION))
         );
+    }
+
+    #[test]
+    fn the_bearer_scheme_in_any_case_and_nothing_else() {
+        for yes in [&b"Bearer x"[..], b"bearer x", b"BEARER x", b"bEaReR "] {
+            assert!(is_bearer_scheme(yes), "{yes:?}");
+        }
+        // Each letter's byte with bit 5 set is the small letter; so is
+        // another byte for none of them but its capital. The space is exact.
+        for no in [
+            &b"Bearer"[..],
+            b"Bearerx",
+            b"Bearer\x00",
+            b"Basic x",
+            b"Bearer\t",
+            b"Bea\x12er ",
+            b"\x02earer ",
+            b"bearer\x00",
+        ] {
+            assert!(!is_bearer_scheme(no), "{no:?}");
+        }
+        for byte in 0..=255u8 {
+            for at in 0..7 {
+                let mut value = *b"bearer x";
+                let same = byte == value[at] || (at < 6 && byte == value[at].to_ascii_uppercase());
+                value[at] = byte;
+                assert_eq!(is_bearer_scheme(&value), same, "{value:?}");
+            }
+        }
     }
 
     #[test]
