@@ -186,7 +186,11 @@ pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Ver
 }
 
 fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -> Verdict {
-    let head = Head::new(parts);
+    let head = if tier.matched {
+        Head::new(parts)
+    } else {
+        Head::unread(parts)
+    };
     let mut rules = tier.rules.iter();
     let Some(first) = rules.by_ref().find(|rule| rule.applies(&head)) else {
         return Verdict::Unlimited;

@@ -228,7 +228,12 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 ///
 /// The built-in tests (methods, path prefixes, and their `and`, `or` and
 /// `!`) are decided inline, without a call through a pointer per test;
-/// [`from_fn`](Matcher::from_fn) takes any other.
+/// [`from_fn`](Matcher::from_fn) takes any other. The layer reads a
+/// request's method and path once for all its rules, and a matcher that
+/// is a set of methods and at most one path prefix, or its negation
+/// (`reads()`, `writes()`, `!path_prefix("/graphql")`,
+/// `(!path_prefix("/graphql")).and(reads())`), is decided as one mask
+/// test and one prefix comparison.
 ///
 /// # Examples
 ///
@@ -465,6 +470,16 @@ impl<'a> Head<'a> {
             path: parts.uri.path().as_bytes(),
         }
     }
+
+    /// A head for rules without matchers: nothing read (no matcher
+    /// consults it).
+    pub(crate) fn unread(parts: &'a Parts) -> Head<'a> {
+        Head {
+            parts,
+            method: 0,
+            path: &[],
+        }
+    }
 }
 
 /// `GET`, `HEAD` and `OPTIONS` as [`method_bit`]s.
@@ -690,6 +705,8 @@ pub struct Tier {
     pub(crate) name: Arc<str>,
     pub(crate) key: KeyExtractor,
     pub(crate) rules: Vec<Rule>,
+    /// Some rule has a matcher: the request's method and path are read.
+    pub(crate) matched: bool,
 }
 
 impl Tier {
@@ -699,11 +716,13 @@ impl Tier {
             name: Arc::from(name),
             key,
             rules: Vec::new(),
+            matched: false,
         }
     }
 
     /// Adds a rule.
     pub fn rule(mut self, rule: Rule) -> Tier {
+        self.matched |= rule.when.is_some();
         self.rules.push(rule);
         self
     }
