@@ -350,7 +350,7 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// # Cost
 ///
 /// With in-memory limiters and the default (fields on 429s only) the layer
-/// adds about 1,220 instructions per request with one rule and 2,550 with
+/// adds about 1,250 instructions per request with one rule and 2,070 with
 /// two rules checked all or nothing (each limit looked up once; for up to
 /// four rules an admission without the fields allocates nothing, and one
 /// that carries them, or a 429, allocates its report and the header
@@ -360,12 +360,12 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// --release --example axum_load --features axum -- in-process 20000
 /// one|two` (a service that answers at once). Through axum's `Router`,
 /// wrapped around it (`RateLimitLayer::around`, feature `axum`) the example's
-/// layer adds about 1,140 with one rule; added with `Router::layer`,
-/// which puts a copy in each route, about 2,060 (phases `router-outer`,
+/// layer adds about 1,170 with one rule; added with `Router::layer`,
+/// which puts a copy in each route, about 2,080 (phases `router-outer`,
 /// `router-layer`). With
 /// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) the
 /// six fields on every response raise one rule to about 6,200 and two to
-/// 8,300, most of that the `http` crate's `HeaderMap` inserts (one buffer
+/// 8,000, most of that the `http` crate's `HeaderMap` inserts (one buffer
 /// holds every value);
 /// [`x_ratelimit_headers(false)`](RateLimitBuilder::x_ratelimit_headers)
 /// (the IETF pair only) brings one rule back to about 3,900. The same
