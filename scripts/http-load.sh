@@ -24,6 +24,15 @@
 # a run's median moves by a few points from run to run (each run starts
 # its servers afresh), which a single run cannot show. About 70 s per
 # control per run.
+#
+# BASELINE=path/to/another/axum_load (with RUNS) also runs that build
+# (another commit's `target/release/examples/axum_load`) for each
+# control, right after this build's run of it, and prints its medians as
+# CONTROL@baseline: two versions of the layer compared in the same runs,
+# which the drift between sessions (and within one) otherwise hides.
+#
+#   git worktree add /tmp/old OLD && (cd /tmp/old && cargo build --release --example axum_load --features axum)
+#   RUNS=4 BASELINE=/tmp/old/target/release/examples/axum_load scripts/http-load.sh outer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,25 +48,41 @@ runs="${RUNS:-1}"
 if [ "$runs" -gt 1 ]; then
   results=$(mktemp)
   trap 'rm -f "$results"' EXIT
+  baseline="${BASELINE:-}"
+  if [ -n "$baseline" ] && [ ! -x "$baseline" ]; then
+    echo "BASELINE=$baseline is not an executable" >&2
+    exit 1
+  fi
+  labels=(bare "${controls[@]}")
   for run in $(seq 1 "$runs"); do
     for control in bare "${controls[@]}"; do
-      line=$(SATURATION_ONLY=1 PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
-        "$bin" 2 32 "$rounds" default 200 "$control" | grep '^Median') || {
-        echo "run $run, $control: the harness printed no Median line" >&2
-        exit 1
-      }
-      one=$(sed -nE 's/.*throughput one rule ([-+]?[0-9.]+)%.*/\1/p' <<<"$line")
-      two=$(sed -nE 's/.*, two rules ([-+]?[0-9.]+)%; server.*/\1/p' <<<"$line")
-      if [ -z "$one" ] || [ -z "$two" ]; then
-        echo "run $run, $control: no ratios in: $line" >&2
-        exit 1
-      fi
-      echo "saturation, run $run, $control: throughput one rule $one%, two rules $two%"
-      echo "$control $one $two" >>"$results"
+      builds=("$bin")
+      # The A/A control is the harness's, not the layer's: run once.
+      if [ -n "$baseline" ] && [ "$control" != bare ]; then builds+=("$baseline"); fi
+      for build in "${builds[@]}"; do
+        label=$control
+        [ "$build" = "$bin" ] || label="$control@baseline"
+        line=$(SATURATION_ONLY=1 PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
+          "$build" 2 32 "$rounds" default 200 "$control" | grep '^Median') || {
+          echo "run $run, $label: the harness printed no Median line" >&2
+          exit 1
+        }
+        one=$(sed -nE 's/.*throughput one rule ([-+]?[0-9.]+)%.*/\1/p' <<<"$line")
+        two=$(sed -nE 's/.*, two rules ([-+]?[0-9.]+)%; server.*/\1/p' <<<"$line")
+        if [ -z "$one" ] || [ -z "$two" ]; then
+          echo "run $run, $label: no ratios in: $line" >&2
+          exit 1
+        fi
+        echo "saturation, run $run, $label: throughput one rule $one%, two rules $two%"
+        echo "$label $one $two" >>"$results"
+      done
     done
   done
+  if [ -n "$baseline" ]; then
+    for control in "${controls[@]}"; do labels+=("$control@baseline"); done
+  fi
   median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-  for control in bare "${controls[@]}"; do
+  for control in "${labels[@]}"; do
     one=$(awk -v c="$control" '$1 == c {print $2}' "$results" | median)
     two=$(awk -v c="$control" '$1 == c {print $3}' "$results" | median)
     echo "== $control, median over $runs runs: throughput one rule $one%, two rules $two%"
