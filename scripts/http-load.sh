@@ -34,6 +34,15 @@
 #   git worktree add /tmp/old OLD && (cd /tmp/old && cargo build --release --example axum_load --features axum)
 #   RUNS=4 BASELINE=/tmp/old/target/release/examples/axum_load scripts/http-load.sh outer
 set -euo pipefail
+# BASELINE as the caller wrote it, resolved before the `cd` below.
+baseline=""
+if [ -n "${BASELINE:-}" ]; then
+  if [ ! -f "$BASELINE" ] || [ ! -x "$BASELINE" ]; then
+    echo "BASELINE=$BASELINE is not an executable" >&2
+    exit 1
+  fi
+  baseline=$(realpath -- "$BASELINE")
+fi
 cd "$(dirname "$0")/.."
 
 rounds="${ROUNDS:-8}"
@@ -45,23 +54,26 @@ cargo build --release --example axum_load --features axum
 bin=target/release/examples/axum_load
 
 runs="${RUNS:-1}"
+if [ -n "$baseline" ] && [ "$runs" -le 1 ]; then
+  echo "BASELINE needs RUNS=N with N > 1" >&2
+  exit 1
+fi
 if [ "$runs" -gt 1 ]; then
   results=$(mktemp)
   trap 'rm -f "$results"' EXIT
-  baseline="${BASELINE:-}"
-  if [ -n "$baseline" ] && [ ! -x "$baseline" ]; then
-    echo "BASELINE=$baseline is not an executable" >&2
-    exit 1
-  fi
   labels=(bare "${controls[@]}")
   for run in $(seq 1 "$runs"); do
     for control in bare "${controls[@]}"; do
       builds=("$bin")
+      names=("$control")
       # The A/A control is the harness's, not the layer's: run once.
-      if [ -n "$baseline" ] && [ "$control" != bare ]; then builds+=("$baseline"); fi
-      for build in "${builds[@]}"; do
-        label=$control
-        [ "$build" = "$bin" ] || label="$control@baseline"
+      if [ -n "$baseline" ] && [ "$control" != bare ]; then
+        builds+=("$baseline")
+        names+=("$control@baseline")
+      fi
+      for i in "${!builds[@]}"; do
+        build=${builds[$i]}
+        label=${names[$i]}
         line=$(SATURATION_ONLY=1 PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
           "$build" 2 32 "$rounds" default 200 "$control" | grep '^Median') || {
           echo "run $run, $label: the harness printed no Median line" >&2
