@@ -203,11 +203,12 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
     // runs once; up to `INLINE` members stay on the stack.
     let key = key.as_str();
     let bound = |rule| Bound::new(rule, key, parts);
-    let (Some(a), Some(b)) = (bound(first), bound(second)) else {
-        let members: Vec<Bound<'_>> = [first, second]
+    let (a, b) = (bound(first), bound(second));
+    let (Some(a), Some(b)) = (a, b) else {
+        let members: Vec<Bound<'_>> = [a, b]
             .into_iter()
-            .chain(rules.filter(|rule| rule.applies(&head)))
-            .filter_map(bound)
+            .flatten()
+            .chain(rules.filter(|rule| rule.applies(&head)).filter_map(bound))
             .collect();
         return match members.as_slice() {
             [] => Verdict::Unlimited,

@@ -365,11 +365,10 @@ fn is_bearer_scheme(value: &[u8]) -> bool {
     };
     let mut word = [0u8; 8];
     word[..BEARER.len()].copy_from_slice(scheme);
-    let mut expected = [0u8; 8];
-    expected[..BEARER.len()].copy_from_slice(BEARER);
+    const EXPECTED: u64 = u64::from_le_bytes(*b"bearer \0");
     // Bit 5 of the six letters' bytes.
     const LOWER: u64 = 0x0000_2020_2020_2020;
-    u64::from_le_bytes(word) | LOWER == u64::from_le_bytes(expected)
+    u64::from_le_bytes(word) | LOWER == EXPECTED
 }
 
 #[cfg(test)]

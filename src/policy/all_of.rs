@@ -292,7 +292,17 @@ struct Fold<'a> {
     all_allowed: bool,
 }
 
-impl Fold<'_> {
+impl<'a> Fold<'a> {
+    fn new(decisions: &'a mut [Decision], keep_only: bool) -> Fold<'a> {
+        Fold {
+            best: None,
+            peeks_allowed: true,
+            decisions,
+            keep_only,
+            all_allowed: true,
+        }
+    }
+
     fn record(&mut self, member: usize, decision: Decision) {
         if let Some(slot) = self.decisions.get_mut(member) {
             *slot = decision;
@@ -324,13 +334,7 @@ impl Fold<'_> {
 /// [`decide_all`] returns), from those [`admits_all`] kept.
 #[cfg(feature = "tower")]
 pub(crate) fn bind(decisions: &[Decision]) -> AllOfDecision {
-    let mut fold = Fold {
-        best: None,
-        peeks_allowed: true,
-        decisions: &mut [],
-        keep_only: false,
-        all_allowed: true,
-    };
+    let mut fold = Fold::new(&mut [], false);
     for (i, decision) in decisions.iter().enumerate() {
         fold.record(i, *decision);
     }
@@ -362,13 +366,7 @@ pub(crate) fn decide_all<M: Limit>(
     cost: u32,
     decisions: &mut [Decision],
 ) -> Result<AllOfDecision, MemberError> {
-    let mut fold = Fold {
-        best: None,
-        peeks_allowed: true,
-        decisions,
-        keep_only: false,
-        all_allowed: true,
-    };
+    let mut fold = Fold::new(decisions, false);
     run(members, cost, &mut fold)?;
     Ok(fold.finish())
 }
@@ -383,13 +381,7 @@ pub(crate) fn admits_all<M: Limit>(
     cost: u32,
     decisions: &mut [Decision],
 ) -> Result<bool, MemberError> {
-    let mut fold = Fold {
-        best: None,
-        peeks_allowed: true,
-        decisions,
-        keep_only: true,
-        all_allowed: true,
-    };
+    let mut fold = Fold::new(decisions, true);
     run(members, cost, &mut fold)?;
     Ok(fold.all_allowed)
 }
