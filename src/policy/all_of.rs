@@ -405,14 +405,41 @@ fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
             let id = a.state_id();
             members[..i].iter().all(|b| b.state_id() != id)
         });
-    with_stripes(mask, || {
-        if distinct {
-            nested(members, 0, cost, fold)?;
-        } else {
-            two_phase(members, cost, fold)?;
-        }
-        Ok(())
+    with_stripes(mask, || match members {
+        [a, b] if distinct => pair(a, b, cost, fold),
+        _ if distinct => nested(members, 0, cost, fold).map(drop),
+        _ => two_phase(members, cost, fold),
     })
+}
+
+/// [`nested`] for two members (the HTTP layer's common case: a quota per
+/// hour and one per second), without the recursion: `a` peeks, `b`
+/// checks inside `a`'s commit if `a`'s peek admitted (else only peeks),
+/// and `a` checks if both admitted.
+fn pair<M: Limit>(a: &M, b: &M, cost: u32, fold: &mut Fold<'_>) -> Result<(), MemberError> {
+    let mut second = None;
+    let first = a
+        .peek_then_check_n(cost, &mut |peek| {
+            let admit = peek.is_allowed();
+            let decision = if admit {
+                b.check_n(cost)
+            } else {
+                b.peek_n(cost)
+            };
+            let commit = admit && decision.is_ok_and(|d| d.is_allowed());
+            second = Some(decision);
+            commit
+        })
+        .map_err(|error| MemberError { member: 0, error })?;
+    // `peek_then_check_n` shows every successful peek to the commit, so
+    // `second` is set once `a` decided; a `Limit` that breaks that
+    // contract leaves only `a`'s decision recorded, as in `nested`.
+    if let Some(second) = second {
+        let second = second.map_err(|error| MemberError { member: 1, error })?;
+        fold.record(1, second);
+    }
+    fold.record(0, first);
+    Ok(())
 }
 
 /// Member `i` peeks, and inside its `commit` the members after it decide;
