@@ -350,7 +350,7 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// # Cost
 ///
 /// With in-memory limiters and the default (fields on 429s only) the layer
-/// adds about 1,250 instructions per request with one rule and 2,070 with
+/// adds about 1,250 instructions per request with one rule and 2,010 with
 /// two rules checked all or nothing (each limit looked up once; for up to
 /// four rules an admission without the fields allocates nothing, and one
 /// that carries them, or a 429, allocates its report and the header
