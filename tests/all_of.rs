@@ -302,3 +302,62 @@ fn racing_all_ofs_on_keyed_members_charge_all_or_nothing() {
         assert!(keyed.peek("v").is_allowed());
     }
 }
+
+/// A member that breaks `peek_then_check_n`'s contract: it shows the commit
+/// a denial (another limiter's), then its own peek, and checks if the
+/// second call says so.
+struct ShowsTwoPeeks {
+    own: Arc<RateLimiter<TokenBucket, ManualClock>>,
+    spent: Arc<RateLimiter<TokenBucket, ManualClock>>,
+}
+
+impl Limit for ShowsTwoPeeks {
+    fn check_n(&self, cost: u32) -> Result<rategate::Decision, CheckError> {
+        self.own.check_n(cost)
+    }
+
+    fn peek_n(&self, cost: u32) -> Result<rategate::Decision, CheckError> {
+        self.own.peek_n(cost)
+    }
+
+    fn quota(&self) -> Option<Quota> {
+        Limit::quota(&*self.own)
+    }
+
+    fn peek_then_check_n(
+        &self,
+        cost: u32,
+        commit: &mut dyn FnMut(&rategate::Decision) -> bool,
+    ) -> Result<rategate::Decision, CheckError> {
+        let denial = self.spent.peek_n(cost)?;
+        assert!(!denial.is_allowed());
+        commit(&denial);
+        let peek = self.own.peek_n(cost)?;
+        if commit(&peek) {
+            self.own.check_n(cost)
+        } else {
+            Ok(peek)
+        }
+    }
+}
+
+#[test]
+fn a_member_showing_a_denial_then_an_admission_gets_nobody_charged() {
+    let clock = ManualClock::new();
+    let spent = bucket(&clock, 1);
+    assert!(spent.check_n(1).unwrap().is_allowed());
+    let own = bucket(&clock, 5);
+    let other = bucket(&clock, 5);
+    let all = AllOf::new([
+        Arc::new(ShowsTwoPeeks {
+            own: own.clone(),
+            spent,
+        }) as Arc<dyn Limit>,
+        other.clone(),
+    ]);
+    let _ = all.check_n(1).unwrap();
+    // Once a denial was shown, no later peek commits: both members keep
+    // their five slots.
+    assert_eq!(own.peek_n(5).map(|d| d.is_allowed()), Ok(true));
+    assert_eq!(other.peek_n(5).map(|d| d.is_allowed()), Ok(true));
+}

@@ -418,17 +418,22 @@ fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
 /// and `a` checks if both admitted.
 fn pair<M: Limit>(a: &M, b: &M, cost: u32, fold: &mut Fold<'_>) -> Result<(), MemberError> {
     let mut second = None;
+    // Whether every decision so far admitted. Kept across calls of the
+    // commit, as `nested` keeps `peeks_allowed`: a `Limit` that shows it
+    // more than one peek (breaking its contract) gets no commit after a
+    // denial.
+    let mut admitted = true;
     let first = a
         .peek_then_check_n(cost, &mut |peek| {
-            let admit = peek.is_allowed();
-            let decision = if admit {
+            admitted &= peek.is_allowed();
+            let decision = if admitted {
                 b.check_n(cost)
             } else {
                 b.peek_n(cost)
             };
-            let commit = admit && decision.is_ok_and(|d| d.is_allowed());
+            admitted &= decision.is_ok_and(|d| d.is_allowed());
             second = Some(decision);
-            commit
+            admitted
         })
         .map_err(|error| MemberError { member: 0, error })?;
     // `peek_then_check_n` shows every successful peek to the commit, so
