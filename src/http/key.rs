@@ -365,7 +365,11 @@ fn is_bearer_scheme(value: &[u8]) -> bool {
     };
     let mut word = [0u8; 8];
     word[..BEARER.len()].copy_from_slice(scheme);
-    const EXPECTED: u64 = u64::from_le_bytes(*b"bearer \0");
+    // `BEARER` as a word, its eighth byte zero as `word`'s is.
+    const EXPECTED: u64 = {
+        let [b, e, a, r, e2, r2, space] = *BEARER;
+        u64::from_le_bytes([b, e, a, r, e2, r2, space, 0])
+    };
     // Bit 5 of the six letters' bytes.
     const LOWER: u64 = 0x0000_2020_2020_2020;
     u64::from_le_bytes(word) | LOWER == EXPECTED
