@@ -900,6 +900,26 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
         "router-outer",
         Boxed::new(api::limited_app(limiters.layer_from(builder(headers)))),
     );
+    // The two per-IP layers placed as `outer` places the example's: once
+    // around the whole `Router`.
+    router_phase(
+        "router-outer-per-ip",
+        Boxed::new(
+            tower::ServiceExt::<Request<axum::body::Body>>::map_response(
+                generous_per_ip().same_body().layer(api::app(None)),
+                |r| r.map(axum::body::Body::new),
+            ),
+        ),
+    );
+    router_phase(
+        "router-outer-tower-governor",
+        Boxed::new(
+            tower::ServiceExt::<Request<axum::body::Body>>::map_response(
+                tower_governor_layer().layer(api::app(None)),
+                |r| r.map(axum::body::Body::new),
+            ),
+        ),
+    );
     // `only` picks one phase (for a profiler); the rest report 0.
     let mut phase = |name: &str, layer: bool, signed_in: bool| {
         if only.is_some_and(|o| o != name) {
@@ -979,12 +999,13 @@ fn main() {
             "per-ip",
             "outer-per-ip",
             "tower-governor",
+            "outer-tower-governor",
             "spin",
             "shared"
         ]
         .contains(&control.as_str()),
         "control {control:?}: layer, outer, bare, identity, outer-identity, idle, per-ip, \
-         outer-per-ip, tower-governor, spin or shared"
+         outer-per-ip, tower-governor, outer-tower-governor, spin or shared"
     );
     println!(
         "{secs} s per phase, {conns} connections, {rounds} rounds, loopback, header fields: {headers}, \
@@ -1026,6 +1047,7 @@ fn main() {
         "per-ip" => layered(api::app(Some(generous_per_ip()))),
         "outer-per-ip" => outer(generous_per_ip().same_body()),
         "tower-governor" => layered(api::app(None).layer(tower_governor_layer())),
+        "outer-tower-governor" => outer(tower_governor_layer()),
         "spin" => layered(api::app(None).layer(spin_layer(spin_ns()))),
         "shared" => layered(api::app(None).layer(shared_layer())),
         other => unreachable!("checked above: {other}"),

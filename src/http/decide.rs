@@ -3,7 +3,7 @@
 
 use super::fields::RateLimitFields;
 use super::key::{Key, KeyError};
-use super::policy::{Backend, BackendFuture, Head, Rule, RuleLimiter, Tier};
+use super::policy::{Backend, BackendFuture, Rule, RuleLimiter, Tier};
 use crate::policy::Limit;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
@@ -186,16 +186,11 @@ pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Ver
 }
 
 fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -> Verdict {
-    let head = if tier.matched {
-        Head::new(parts)
-    } else {
-        Head::unread(parts)
-    };
-    let mut rules = tier.rules.iter();
-    let Some(first) = rules.by_ref().find(|rule| rule.applies(&head)) else {
+    let mut rules = tier.applying(parts);
+    let Some(first) = rules.next() else {
         return Verdict::Unlimited;
     };
-    let Some(second) = rules.by_ref().find(|rule| rule.applies(&head)) else {
+    let Some(second) = rules.next() else {
         return decide_one(tier, first, key, parts, report_allowed);
     };
     // Several rules, all in memory (the builder refuses an async rule
@@ -208,7 +203,7 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
         let members: Vec<Bound<'_>> = [a, b]
             .into_iter()
             .flatten()
-            .chain(rules.filter(|rule| rule.applies(&head)).filter_map(bound))
+            .chain(rules.filter_map(bound))
             .collect();
         return match members.as_slice() {
             [] => Verdict::Unlimited,
@@ -219,7 +214,7 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
     inline[1] = b;
     let mut n = 2;
     let mut spill = Vec::new();
-    for member in rules.filter(|rule| rule.applies(&head)).filter_map(bound) {
+    for member in rules.filter_map(bound) {
         if n < INLINE {
             inline[n] = member;
         } else {

@@ -228,12 +228,15 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 ///
 /// The built-in tests (methods, path prefixes, and their `and`, `or` and
 /// `!`) are decided inline, without a call through a pointer per test;
-/// [`from_fn`](Matcher::from_fn) takes any other. The layer reads a
-/// request's method and path once for all its rules, and a matcher that
-/// is a set of methods and at most one path prefix, or its negation
-/// (`reads()`, `writes()`, `!path_prefix("/graphql")`,
-/// `(!path_prefix("/graphql")).and(reads())`), is decided as one mask
-/// test and one prefix comparison.
+/// [`from_fn`](Matcher::from_fn) takes any other. A matcher that is a set
+/// of methods and at most one path prefix, or its negation (`reads()`,
+/// `writes()`, `!path_prefix("/graphql")`,
+/// `(!path_prefix("/graphql")).and(reads())`) is *flat*; when every rule
+/// of a tier is flat (or has no matcher) and they name at most three
+/// distinct prefixes, the tier decides which rules apply from a table
+/// built with it: one method lookup, one comparison per distinct prefix
+/// and one load per request, however many rules there are. Otherwise each
+/// rule's matcher is tested on the method and path, read once.
 ///
 /// # Examples
 ///
@@ -470,14 +473,138 @@ impl<'a> Head<'a> {
             path: parts.uri.path().as_bytes(),
         }
     }
+}
 
-    /// A head for rules without matchers: nothing read (no matcher
-    /// consults it).
-    pub(crate) fn unread(parts: &'a Parts) -> Head<'a> {
-        Head {
-            parts,
-            method: 0,
-            path: &[],
+/// Which of a tier's rules apply to a request, looked up rather than
+/// tested rule by rule: when every rule's matcher is flat (or absent),
+/// whether a rule applies depends only on the request's method (one of
+/// [`METHOD_CLASSES`]) and on which of the tier's distinct path prefixes
+/// its path is under. The tier's rules are tested once for each such
+/// class when the tier is built, and a request then costs one method
+/// lookup, one comparison per distinct prefix (one for the example's
+/// `/graphql`, however many rules name it) and one load, instead of a
+/// matcher per rule.
+#[derive(Clone, Debug)]
+struct Classes {
+    /// The distinct prefixes the rules' matchers name; bit `i` of a path's
+    /// class says whether it is under `prefixes[i]`.
+    prefixes: Box<[Arc<str>]>,
+    /// Bit `r` set when rule `r` applies, at `method << prefixes.len() |
+    /// path class`; one entry when no rule depends on either.
+    masks: Box<[u32]>,
+}
+
+/// The nine standard methods and "any other".
+const METHOD_CLASSES: usize = 10;
+/// Past this many distinct prefixes (a table of `10 << n` entries) or
+/// [`u32::BITS`] rules, a tier tests its rules one by one.
+const MAX_PREFIXES: usize = 3;
+
+impl Classes {
+    /// The table for `rules`, or `None` when some matcher is not flat (an
+    /// `or`, a function, an extension method named) or the table would be
+    /// too large.
+    fn of(rules: &[Rule]) -> Option<Classes> {
+        if rules.len() > u32::BITS as usize {
+            return None;
+        }
+        let flats: Vec<Option<&Flat>> = rules
+            .iter()
+            .map(|rule| match &rule.when {
+                None => Some(None),
+                Some(matcher) => matcher.flat.as_ref().map(Some),
+            })
+            .collect::<Option<_>>()?;
+        let mut prefixes: Vec<Arc<str>> = Vec::new();
+        for prefix in flats
+            .iter()
+            .flatten()
+            .filter_map(|flat| flat.prefix.as_ref())
+        {
+            if !prefixes.contains(prefix) {
+                prefixes.push(Arc::clone(prefix));
+            }
+        }
+        if prefixes.len() > MAX_PREFIXES {
+            return None;
+        }
+        let applies = |flat: &Option<&Flat>, method: usize, path: usize| match flat {
+            None => true,
+            Some(flat) => {
+                flat.methods & method_bit_of(method) != 0
+                    && flat.prefix.as_ref().is_none_or(|prefix| {
+                        let at = prefixes.iter().position(|p| p == prefix);
+                        at.is_some_and(|at| path >> at & 1 == 1) != flat.negated
+                    })
+            }
+        };
+        let width = 1usize << prefixes.len();
+        let masks: Vec<u32> = (0..METHOD_CLASSES * width)
+            .map(|at| {
+                let (method, path) = (at / width, at % width);
+                flats
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, flat)| applies(flat, method, path))
+                    .fold(0, |mask, (rule, _)| mask | 1 << rule)
+            })
+            .collect();
+        // No rule depends on the request: nothing to read.
+        let masks = if masks.iter().all(|&m| m == masks[0]) {
+            masks[..1].into()
+        } else {
+            masks.into()
+        };
+        Some(Classes {
+            prefixes: prefixes.into(),
+            masks,
+        })
+    }
+
+    /// The rules that apply to the request whose head is `parts`, as bits.
+    #[inline]
+    fn mask(&self, parts: &Parts) -> u32 {
+        if let [mask] = *self.masks {
+            return mask;
+        }
+        let path = parts.uri.path().as_bytes();
+        let class = self.prefixes.iter().enumerate().fold(
+            method_class(&parts.method) << self.prefixes.len(),
+            |class, (i, prefix)| class | usize::from(under(path, prefix.as_bytes())) << i,
+        );
+        // `class` < 10 << prefixes.len(), the table's length.
+        self.masks.get(class).copied().unwrap_or(0)
+    }
+}
+
+/// A tier's rules that apply to one request.
+pub(crate) enum Applying<'a> {
+    /// The bits of [`Classes::mask`], lowest first.
+    Mask { rules: &'a [Rule], mask: u32 },
+    /// Each rule's matcher tested on the head.
+    Walk {
+        rules: std::slice::Iter<'a, Rule>,
+        head: Head<'a>,
+    },
+}
+
+impl<'a> Iterator for Applying<'a> {
+    type Item = &'a Rule;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a Rule> {
+        match self {
+            Applying::Mask { rules, mask } => {
+                while *mask != 0 {
+                    let at = mask.trailing_zeros() as usize;
+                    *mask &= *mask - 1;
+                    if let Some(rule) = rules.get(at) {
+                        return Some(rule);
+                    }
+                }
+                None
+            }
+            Applying::Walk { rules, head } => rules.find(|rule| rule.applies(head)),
         }
     }
 }
@@ -492,7 +619,13 @@ const ALL: u16 = ((1 << 9) - 1) | EXTENSION;
 /// One bit per standard method (the reads first, `GET` tested first);
 /// [`EXTENSION`] for any other.
 fn method_bit(method: &Method) -> u16 {
-    const STANDARD: [Method; 9] = [
+    method_bit_of(method_class(method))
+}
+
+/// The method's place among the standard ones (the reads first, `GET`
+/// tested first), [`METHOD_CLASSES`]` - 1` for any other.
+fn method_class(method: &Method) -> usize {
+    const STANDARD: [Method; METHOD_CLASSES - 1] = [
         Method::GET,
         Method::HEAD,
         Method::OPTIONS,
@@ -506,7 +639,16 @@ fn method_bit(method: &Method) -> u16 {
     STANDARD
         .iter()
         .position(|m| m == method)
-        .map_or(EXTENSION, |i| 1 << i)
+        .unwrap_or(METHOD_CLASSES - 1)
+}
+
+/// [`method_bit`] of a [`method_class`].
+fn method_bit_of(class: usize) -> u16 {
+    if class < METHOD_CLASSES - 1 {
+        1 << class
+    } else {
+        EXTENSION
+    }
 }
 
 /// Requests the matcher does not match (`!Matcher::path_prefix("/graphql")`:
@@ -705,8 +847,9 @@ pub struct Tier {
     pub(crate) name: Arc<str>,
     pub(crate) key: KeyExtractor,
     pub(crate) rules: Vec<Rule>,
-    /// Some rule has a matcher: the request's method and path are read.
-    pub(crate) matched: bool,
+    /// Which rules apply to a request, as a table when every matcher is
+    /// flat (built again with each rule).
+    classes: Option<Classes>,
 }
 
 impl Tier {
@@ -716,15 +859,31 @@ impl Tier {
             name: Arc::from(name),
             key,
             rules: Vec::new(),
-            matched: false,
+            classes: Classes::of(&[]),
         }
     }
 
     /// Adds a rule.
     pub fn rule(mut self, rule: Rule) -> Tier {
-        self.matched |= rule.when.is_some();
         self.rules.push(rule);
+        self.classes = Classes::of(&self.rules);
         self
+    }
+
+    /// The rules that apply to the request whose head is `parts`, in the
+    /// tier's order.
+    #[inline]
+    pub(crate) fn applying<'a>(&'a self, parts: &'a Parts) -> Applying<'a> {
+        match &self.classes {
+            Some(classes) => Applying::Mask {
+                rules: &self.rules,
+                mask: classes.mask(parts),
+            },
+            None => Applying::Walk {
+                rules: self.rules.iter(),
+                head: Head::new(parts),
+            },
+        }
     }
 
     /// The tier's name.
@@ -810,6 +969,23 @@ mod tests {
     }
 
     /// The tree's meaning, read without any flat form.
+    /// The standard methods, `ext` and another extension method.
+    fn every_method(ext: &Method) -> [Method; 11] {
+        [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::CONNECT,
+            Method::TRACE,
+            ext.clone(),
+            Method::from_bytes(b"OTHER").unwrap(),
+        ]
+    }
+
     fn reference(m: &Matcher, head: &Head<'_>) -> bool {
         match &m.test {
             Test::Reads => {
@@ -857,19 +1033,7 @@ mod tests {
                 matchers.push(!a.clone().or(b.clone()));
             }
         }
-        let methods = [
-            Method::GET,
-            Method::HEAD,
-            Method::OPTIONS,
-            Method::POST,
-            Method::PUT,
-            Method::PATCH,
-            Method::DELETE,
-            Method::CONNECT,
-            Method::TRACE,
-            ext.clone(),
-            Method::from_bytes(b"OTHER").unwrap(),
-        ];
+        let methods = every_method(&ext);
         let paths = [
             "/", "/a", "/a/", "/ab", "/a/b", "/a/bx", "/a/b/c", "/x", "/b/a",
         ];
@@ -900,6 +1064,106 @@ mod tests {
             Matcher::methods([ext]),
         ];
         assert!(walked.iter().all(|m| m.flat.is_none()));
+    }
+
+    #[test]
+    fn a_tiers_table_picks_the_rules_their_matchers_pick() {
+        let limiter = Arc::new(
+            RateLimiter::<crate::TokenBucket>::new(Quota::per_second(5).unwrap()).unwrap(),
+        );
+        let ext = Method::from_bytes(b"PURGE").unwrap();
+        let prefix = Matcher::path_prefix;
+        // Flat forms over four prefixes (a tier naming all four walks),
+        // no matcher, and forms that are not flat.
+        let candidates: Vec<Option<Matcher>> = vec![
+            None,
+            Some(Matcher::reads()),
+            Some(Matcher::writes()),
+            Some(Matcher::methods([Method::PUT, Method::PATCH])),
+            Some(prefix("/a")),
+            Some(!prefix("/a")),
+            Some((!prefix("/a")).and(Matcher::reads())),
+            Some(prefix("/a/b").and(Matcher::writes())),
+            Some(!prefix("/a/b")),
+            Some(prefix("/c").and(Matcher::methods([Method::DELETE]))),
+            Some(prefix("/d")),
+            Some(Matcher::reads().or(prefix("/c"))),
+            Some(Matcher::from_fn(|p| p.uri.path().contains('x'))),
+            Some(Matcher::methods([ext.clone()])),
+        ];
+        let methods = every_method(&ext);
+        let paths = [
+            "/", "/a", "/a/", "/ab", "/a/b", "/a/bx", "/a/b/c", "/c", "/c/x", "/d/e", "/x",
+        ];
+        let (mut tables, mut walks) = (0, 0);
+        // A fixed stream of tiers of one to seven rules drawn from the
+        // candidates (a linear congruential generator: the same tiers on
+        // every run).
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut draw = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) as usize % n
+        };
+        for _ in 0..400 {
+            let mut tier = Tier::new("t", KeyExtractor::global());
+            for _ in 0..1 + draw(7) {
+                let rule = Rule::new("r", Arc::clone(&limiter));
+                tier = tier.rule(match &candidates[draw(candidates.len())] {
+                    Some(m) => rule.when(m.clone()),
+                    None => rule,
+                });
+            }
+            if tier.classes.is_some() {
+                tables += 1;
+            } else {
+                walks += 1;
+            }
+            for method in &methods {
+                for path in paths {
+                    let parts = head(method.clone(), path);
+                    let h = Head::new(&parts);
+                    let expected: Vec<usize> = (0..tier.rules.len())
+                        .filter(|&i| tier.rules[i].when.as_ref().is_none_or(|m| reference(m, &h)))
+                        .collect();
+                    let got: Vec<usize> = tier
+                        .applying(&parts)
+                        .map(|rule| {
+                            tier.rules
+                                .iter()
+                                .position(|r| std::ptr::eq(r, rule))
+                                .unwrap()
+                        })
+                        .collect();
+                    assert_eq!(got, expected, "{:?} on {method} {path}", tier.rules);
+                }
+            }
+        }
+        // Both paths were taken, many times.
+        assert!(
+            tables > 100 && walks > 100,
+            "{tables} tables, {walks} walks"
+        );
+        // The example's tiers take the table; four prefixes, an `or` or a
+        // function walk.
+        let graphql = || prefix("/graphql");
+        let rule = |m: Matcher| Rule::new("r", Arc::clone(&limiter)).when(m);
+        let example = Tier::new("t", KeyExtractor::global())
+            .rule(rule(!graphql()))
+            .rule(rule((!graphql()).and(Matcher::reads())))
+            .rule(rule((!graphql()).and(Matcher::writes())))
+            .rule(rule(graphql()));
+        assert_eq!(example.classes.as_ref().unwrap().prefixes.len(), 1);
+        let unmatched =
+            Tier::new("t", KeyExtractor::global()).rule(Rule::new("r", Arc::clone(&limiter)));
+        assert_eq!(*unmatched.classes.as_ref().unwrap().masks, [1]);
+        let four = ["/a", "/b", "/c", "/d"]
+            .into_iter()
+            .fold(Tier::new("t", KeyExtractor::global()), |t, p| {
+                t.rule(rule(prefix(p)))
+            });
+        assert!(four.classes.is_none());
+        let with_fn = Tier::new("t", KeyExtractor::global()).rule(rule(Matcher::from_fn(|_| true)));
+        assert!(with_fn.classes.is_none());
     }
 
     #[test]
