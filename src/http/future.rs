@@ -138,11 +138,10 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Serving { future, fields } => {
-                    let response = ready!(future.poll(cx))?;
-                    return Poll::Ready(Ok(match fields {
+                    return future.poll(cx).map_ok(|response| match fields {
                         Some(fields) => fields.config.finish::<_, K>(response, &fields.report),
                         None => response.map(K::inner),
-                    }));
+                    });
                 }
                 StateProj::Answered { response } => {
                     // Polled again after completion: an empty 500 rather

@@ -616,30 +616,28 @@ const EXTENSION: u16 = 1 << 15;
 /// Every method.
 const ALL: u16 = ((1 << 9) - 1) | EXTENSION;
 
-/// One bit per standard method (the reads first, `GET` tested first);
+/// One bit per standard method (the reads first);
 /// [`EXTENSION`] for any other.
 fn method_bit(method: &Method) -> u16 {
     method_bit_of(method_class(method))
 }
 
-/// The method's place among the standard ones (the reads first, `GET`
-/// tested first), [`METHOD_CLASSES`]` - 1` for any other.
+/// The method's place among the standard ones (the reads first),
+/// [`METHOD_CLASSES`]` - 1` for any other.
 fn method_class(method: &Method) -> usize {
-    const STANDARD: [Method; METHOD_CLASSES - 1] = [
-        Method::GET,
-        Method::HEAD,
-        Method::OPTIONS,
-        Method::POST,
-        Method::PUT,
-        Method::DELETE,
-        Method::PATCH,
-        Method::CONNECT,
-        Method::TRACE,
-    ];
-    STANDARD
-        .iter()
-        .position(|m| m == method)
-        .unwrap_or(METHOD_CLASSES - 1)
+    // A match on the method's variant (one jump), not nine comparisons.
+    match *method {
+        Method::GET => 0,
+        Method::HEAD => 1,
+        Method::OPTIONS => 2,
+        Method::POST => 3,
+        Method::PUT => 4,
+        Method::DELETE => 5,
+        Method::PATCH => 6,
+        Method::CONNECT => 7,
+        Method::TRACE => 8,
+        _ => METHOD_CLASSES - 1,
+    }
 }
 
 /// [`method_bit`] of a [`method_class`].
