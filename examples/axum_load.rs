@@ -507,6 +507,75 @@ fn load(
     outcome
 }
 
+/// Both servers (`[bare, layered]`) loaded at once for `secs`, `conns`
+/// connections each, by the raw client: each server's requests served and
+/// its threads' CPU time (`srv-b...`, `srv-l...`) over the same interval.
+/// With the servers sharing one core (`PIN`), the scheduler splits the
+/// core between them and whatever else slows the machine slows both
+/// alike, so each one's CPU per request is measured under the same
+/// conditions: the layer's cost without the drift between phases that
+/// the alternating setup pairs away only in part.
+fn load_together(addrs: [SocketAddr; 2], conns: usize, secs: u64, headers: Headers) -> [Outcome; 2] {
+    pin(Side::Client);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(|| pin(Side::Client))
+        .enable_all()
+        .build()
+        .unwrap();
+    let cpu = || [server_cpu_ns("srv-b"), server_cpu_ns("srv-l")];
+    let before = cpu();
+    let start = Instant::now();
+    let served = rt.block_on(async move {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let mut tasks = Vec::new();
+        for (side, addr) in addrs.into_iter().enumerate() {
+            let next = Arc::new(AtomicU64::new(0));
+            for _ in 0..conns {
+                let connection = raw_connection(
+                    addr,
+                    Arc::clone(&next),
+                    deadline,
+                    u64::MAX,
+                    "/v1/charges",
+                    headers,
+                    None,
+                );
+                tasks.push((side, tokio::spawn(connection)));
+            }
+        }
+        let mut served: [(Vec<u32>, [u64; 6]); 2] = Default::default();
+        for (side, task) in tasks {
+            let (latencies, statuses) = task.await.unwrap();
+            served[side].0.extend(latencies);
+            for (total, part) in served[side].1.iter_mut().zip(statuses) {
+                *total += part;
+            }
+        }
+        served
+    });
+    let elapsed = start.elapsed();
+    drop(rt);
+    std::thread::sleep(Duration::from_millis(20));
+    let after = cpu();
+    let mut side = 0;
+    served.map(|(mut latencies_us, statuses)| {
+        latencies_us.sort_unstable();
+        let server_cpu_ns = before[side]
+            .zip(after[side])
+            .map(|(before, after)| after.saturating_sub(before));
+        side += 1;
+        Outcome {
+            requests: latencies_us.len() as u64,
+            statuses,
+            elapsed,
+            latencies_us,
+            server_cpu_ns,
+            process_cpu_ns: None,
+        }
+    })
+}
+
 /// A connection's turns in a load phase: each a ticket from the counter
 /// all connections share (the request's number), until `limit` tickets or
 /// the deadline; paced `gap` apart when given.
@@ -965,6 +1034,56 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
     );
 }
 
+/// `TOGETHER=1`: both servers loaded at once ([`load_together`]), the
+/// anonymous requests then the signed-in ones, `rounds` times; each
+/// round's layered CPU per request against the bare one's, and the median
+/// over the rounds, as the throughput a saturated server keeps (bare CPU
+/// per request over layered: a server on a saturated core serves the
+/// inverse of its CPU per request).
+fn together(bare: SocketAddr, limited: SocketAddr, conns: usize, secs: u64, rounds: u32) {
+    let conns = (conns / 2).max(1);
+    println!(
+        "Both servers at once, {conns} connections each, {secs} s per round; the layered \
+         server's throughput at saturation against the bare one's (bare CPU per request \
+         over layered, minus 1):"
+    );
+    let mut ratios: [Vec<f64>; 2] = Default::default();
+    for round in 1..=rounds {
+        let mut line = format!("round {round}:");
+        for (kind, (label, headers)) in [("one rule", no_headers as Headers), ("two rules", token)]
+            .into_iter()
+            .enumerate()
+        {
+            let [b, l] = load_together([bare, limited], conns, secs, headers);
+            let ratio = (b.cpu_us() / l.cpu_us() - 1.0) * 100.0;
+            ratios[kind].push(ratio);
+            line += &format!(
+                " {label} {:.0}/{:.0} requests/s, {:.2}/{:.2} µs CPU/request ({ratio:+.1}%);",
+                b.rps(),
+                l.rps(),
+                b.cpu_us(),
+                l.cpu_us()
+            );
+        }
+        println!("{line}");
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let [one, two] = ratios;
+    println!(
+        "Together, median over rounds: throughput one rule {:+.1}%, two rules {:+.1}%",
+        median(one),
+        median(two)
+    );
+}
+
 fn main() {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().is_some_and(|a| a == "in-process") {
@@ -1068,6 +1187,10 @@ fn main() {
             token,
         ),
     ];
+    if std::env::var("TOGETHER").is_ok_and(|v| v == "1") {
+        together(bare, limited, conns, secs, rounds);
+        return;
+    }
     let mut totals = [0.0f64; 4];
     let mut saturated: [Pooled; 4] = Default::default();
     // Each round's (requests/s, server CPU µs/request) per phase: a round's
