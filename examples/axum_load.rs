@@ -515,7 +515,12 @@ fn load(
 /// alike, so each one's CPU per request is measured under the same
 /// conditions: the layer's cost without the drift between phases that
 /// the alternating setup pairs away only in part.
-fn load_together(addrs: [SocketAddr; 2], conns: usize, secs: u64, headers: Headers) -> [Outcome; 2] {
+fn load_together(
+    addrs: [SocketAddr; 2],
+    conns: usize,
+    secs: u64,
+    headers: Headers,
+) -> [Outcome; 2] {
     pin(Side::Client);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -25,6 +25,15 @@
 # its servers afresh), which a single run cannot show. About 70 s per
 # control per run.
 #
+# TOGETHER=1 (with RUNS) loads both servers at once, sharing the server's
+# core, and compares each one's CPU per request over the same interval:
+# what slows the machine slows both alike, so a run's median moves by
+# well under a point (the A/A control's rounds read within +-0.9%),
+# where the alternating phases' move by several. About 40 s per control
+# per run.
+#
+#   TOGETHER=1 RUNS=3 scripts/http-load.sh outer outer-per-ip outer-tower-governor
+#
 # BASELINE=path/to/another/axum_load (with RUNS) also runs that build
 # (another commit's `target/release/examples/axum_load`) for each
 # control, right after this build's run of it, and prints its medians as
@@ -54,6 +63,10 @@ cargo build --release --example axum_load --features axum
 bin=target/release/examples/axum_load
 
 runs="${RUNS:-1}"
+# TOGETHER=1 (with RUNS): each run loads both servers at once on the
+# server's core (`axum_load`'s TOGETHER mode) instead of in alternating
+# phases: each server's CPU per request over the same interval.
+together="${TOGETHER:-0}"
 if [ -n "$baseline" ] && [ "$runs" -le 1 ]; then
   echo "BASELINE needs RUNS=N with N > 1" >&2
   exit 1
@@ -74,13 +87,13 @@ if [ "$runs" -gt 1 ]; then
       for i in "${!builds[@]}"; do
         build=${builds[$i]}
         label=${names[$i]}
-        line=$(SATURATION_ONLY=1 PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
-          "$build" 2 32 "$rounds" default 200 "$control" | grep '^Median') || {
+        line=$(SATURATION_ONLY=1 TOGETHER="$together" PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
+          "$build" 2 32 "$rounds" default 200 "$control" | grep -E '^(Median|Together)') || {
           echo "run $run, $label: the harness printed no Median line" >&2
           exit 1
         }
         one=$(sed -nE 's/.*throughput one rule ([-+]?[0-9.]+)%.*/\1/p' <<<"$line")
-        two=$(sed -nE 's/.*, two rules ([-+]?[0-9.]+)%; server.*/\1/p' <<<"$line")
+        two=$(sed -nE 's/.*, two rules ([-+]?[0-9.]+)%(; server.*)?$/\1/p' <<<"$line")
         if [ -z "$one" ] || [ -z "$two" ]; then
           echo "run $run, $label: no ratios in: $line" >&2
           exit 1

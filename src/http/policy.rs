@@ -490,8 +490,11 @@ struct Classes {
     /// class says whether it is under `prefixes[i]`.
     prefixes: Box<[Arc<str>]>,
     /// Bit `r` set when rule `r` applies, at `method << prefixes.len() |
-    /// path class`; one entry when no rule depends on either.
+    /// path class`; empty when no rule depends on either.
     masks: Box<[u32]>,
+    /// The rules that apply to every request, when `masks` is empty: read
+    /// from the tier itself, no table's cache line touched.
+    every: u32,
 }
 
 /// The nine standard methods and "any other".
@@ -550,22 +553,24 @@ impl Classes {
             })
             .collect();
         // No rule depends on the request: nothing to read.
-        let masks = if masks.iter().all(|&m| m == masks[0]) {
-            masks[..1].into()
+        let every = masks[0];
+        let masks = if masks.iter().all(|&m| m == every) {
+            Box::default()
         } else {
             masks.into()
         };
         Some(Classes {
             prefixes: prefixes.into(),
             masks,
+            every,
         })
     }
 
     /// The rules that apply to the request whose head is `parts`, as bits.
     #[inline]
     fn mask(&self, parts: &Parts) -> u32 {
-        if let [mask] = *self.masks {
-            return mask;
+        if self.masks.is_empty() {
+            return self.every;
         }
         let path = parts.uri.path().as_bytes();
         let class = self.prefixes.iter().enumerate().fold(
@@ -1153,7 +1158,8 @@ mod tests {
         assert_eq!(example.classes.as_ref().unwrap().prefixes.len(), 1);
         let unmatched =
             Tier::new("t", KeyExtractor::global()).rule(Rule::new("r", Arc::clone(&limiter)));
-        assert_eq!(*unmatched.classes.as_ref().unwrap().masks, [1]);
+        let classes = unmatched.classes.as_ref().unwrap();
+        assert!(classes.masks.is_empty() && classes.every == 1);
         let four = ["/a", "/b", "/c", "/d"]
             .into_iter()
             .fold(Tier::new("t", KeyExtractor::global()), |t, p| {
