@@ -234,7 +234,7 @@ impl RateLimitBuilder {
     /// Off by default because the fields on every response are most of
     /// the layer's cost per request: six more `HeaderMap` inserts, six
     /// more lines for the server to write and the client to parse (about
-    /// 4,900 of the 6,200 instructions the layer adds to a request with one
+    /// 4,900 of the 6,100 instructions the layer adds to a request with one
     /// rule; see the README's "HTTP servers" section). It is also the
     /// usual default: Envoy's rate-limit filters send `x-ratelimit-*` only
     /// when `enable_x_ratelimit_headers` is set (default `OFF`),
@@ -350,7 +350,7 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// # Cost
 ///
 /// With in-memory limiters and the default (fields on 429s only) the layer
-/// adds about 1,250 instructions per request with one rule and 2,010 with
+/// adds about 1,140 instructions per request with one rule and 1,850 with
 /// two rules checked all or nothing (each limit looked up once; for up to
 /// four rules an admission without the fields allocates nothing, and one
 /// that carries them, or a 429, allocates its report and the header
@@ -360,15 +360,15 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// --release --example axum_load --features axum -- in-process 20000
 /// one|two` (a service that answers at once). Through axum's `Router`,
 /// wrapped around it (`RateLimitLayer::around`, feature `axum`) the example's
-/// layer adds about 1,170 with one rule; added with `Router::layer`,
-/// which puts a copy in each route, about 2,080 (phases `router-outer`,
+/// layer adds about 1,070 with one rule; added with `Router::layer`,
+/// which puts a copy in each route, about 1,950 (phases `router-outer`,
 /// `router-layer`). With
 /// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) the
-/// six fields on every response raise one rule to about 6,200 and two to
-/// 8,000, most of that the `http` crate's `HeaderMap` inserts (one buffer
+/// six fields on every response raise one rule to about 6,100 and two to
+/// 7,800, most of that the `http` crate's `HeaderMap` inserts (one buffer
 /// holds every value);
 /// [`x_ratelimit_headers(false)`](RateLimitBuilder::x_ratelimit_headers)
-/// (the IETF pair only) brings one rule back to about 3,900. The same
+/// (the IETF pair only) brings one rule back to about 3,700. The same
 /// example load-tests an axum server on loopback; the README's "HTTP
 /// servers" section has its figures.
 ///
