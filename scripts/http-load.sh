@@ -67,6 +67,10 @@ runs="${RUNS:-1}"
 # server's core (`axum_load`'s TOGETHER mode) instead of in alternating
 # phases: each server's CPU per request over the same interval.
 together="${TOGETHER:-0}"
+# The line a run's medians are read from: each build must print the same
+# kind, or two setups would be compared.
+summary=Median
+[ "$together" = 1 ] && summary=Together
 if [ -n "$baseline" ] && [ "$runs" -le 1 ]; then
   echo "BASELINE needs RUNS=N with N > 1" >&2
   exit 1
@@ -88,8 +92,8 @@ if [ "$runs" -gt 1 ]; then
         build=${builds[$i]}
         label=${names[$i]}
         line=$(SATURATION_ONLY=1 TOGETHER="$together" PIN=0,1 CLIENT=raw SERVER_WORKERS=1 \
-          "$build" 2 32 "$rounds" default 200 "$control" | grep -E '^(Median|Together)') || {
-          echo "run $run, $label: the harness printed no Median line" >&2
+          "$build" 2 32 "$rounds" default 200 "$control" | grep -E "^$summary") || {
+          echo "run $run, $label: the harness printed no $summary line (a BASELINE built before TOGETHER existed?)" >&2
           exit 1
         }
         one=$(sed -nE 's/.*throughput one rule ([-+]?[0-9.]+)%.*/\1/p' <<<"$line")

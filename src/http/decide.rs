@@ -194,8 +194,9 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
         return decide_one(tier, first, key, parts, report_allowed);
     };
     // Several rules, all in memory (the builder refuses an async rule
-    // beside others; one that got here anyway is left out). Each matcher
-    // runs once; up to `INLINE` members stay on the stack.
+    // beside others; one that got here anyway is left out). The rules
+    // that apply come from the tier's table, or each matcher runs once;
+    // up to `INLINE` members stay on the stack.
     let key = key.as_str();
     let bound = |rule| Bound::new(rule, key, parts);
     let (a, b) = (bound(first), bound(second));

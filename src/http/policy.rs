@@ -232,8 +232,8 @@ impl<B: AsyncBackend + ?Sized> AsyncBackend for Arc<B> {
 /// of methods and at most one path prefix, or its negation (`reads()`,
 /// `writes()`, `!path_prefix("/graphql")`,
 /// `(!path_prefix("/graphql")).and(reads())`) is *flat*; when every rule
-/// of a tier is flat (or has no matcher) and they name at most three
-/// distinct prefixes, the tier decides which rules apply from a table
+/// of a tier is flat (or has no matcher), and at most 32 rules name at
+/// most three distinct prefixes, the tier decides which rules apply from a table
 /// built with it: one method lookup, one comparison per distinct prefix
 /// and one load per request, however many rules there are. Otherwise each
 /// rule's matcher is tested on the method and path, read once.
@@ -490,7 +490,7 @@ struct Classes {
     /// class says whether it is under `prefixes[i]`.
     prefixes: Box<[Arc<str>]>,
     /// Bit `r` set when rule `r` applies, at `method << prefixes.len() |
-    /// path class`; empty when no rule depends on either.
+    /// path class`; empty when every class has the same rules (`every`).
     masks: Box<[u32]>,
     /// The rules that apply to every request, when `masks` is empty: read
     /// from the tier itself, no table's cache line touched.
@@ -971,7 +971,6 @@ mod tests {
         assert!(twice.matches(&head(Method::GET, "/graphql")));
     }
 
-    /// The tree's meaning, read without any flat form.
     /// The standard methods, `ext` and another extension method.
     fn every_method(ext: &Method) -> [Method; 11] {
         [
@@ -989,6 +988,7 @@ mod tests {
         ]
     }
 
+    /// The tree's meaning, read without any flat form.
     fn reference(m: &Matcher, head: &Head<'_>) -> bool {
         match &m.test {
             Test::Reads => {
