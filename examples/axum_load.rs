@@ -409,6 +409,29 @@ fn stat_cpu_ns(path: &std::path::Path) -> Option<u64> {
     Some(ticks * 10_000_000)
 }
 
+/// The load generator's runtime: one worker, on the client's CPU under
+/// `PIN` (the calling thread too).
+fn client_runtime() -> tokio::runtime::Runtime {
+    pin(Side::Client);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(|| pin(Side::Client))
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Runs `conns` connections until `secs` pass or `limit` requests are sent;
 /// request `n` carries the headers `headers(n)` gives. With `rate`, the
 /// connections together send that many requests per second, each on its
@@ -424,13 +447,7 @@ fn load(
     rate: Option<f64>,
 ) -> Outcome {
     let gap = rate.map(|r| Duration::from_secs_f64(conns as f64 / r));
-    pin(Side::Client);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .on_thread_start(|| pin(Side::Client))
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = client_runtime();
     let cpu_before = server_cpu_ns("srv");
     let process_before = process_cpu_ns();
     let mut outcome = rt.block_on(async move {
@@ -521,13 +538,7 @@ fn load_together(
     secs: u64,
     headers: Headers,
 ) -> [Outcome; 2] {
-    pin(Side::Client);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .on_thread_start(|| pin(Side::Client))
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = client_runtime();
     let cpu = || [server_cpu_ns("srv-b"), server_cpu_ns("srv-l")];
     let before = cpu();
     let start = Instant::now();
@@ -1072,15 +1083,6 @@ fn together(bare: SocketAddr, limited: SocketAddr, conns: usize, secs: u64, roun
         }
         println!("{line}");
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }
-    };
     let [one, two] = ratios;
     println!(
         "Together, median over rounds: throughput one rule {:+.1}%, two rules {:+.1}%",
@@ -1331,15 +1333,6 @@ fn main() {
         s_two.cpu_us() - s_base_token.cpu_us(),
         pct(s_two.cpu_us(), s_base_token.cpu_us()),
     );
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }
-    };
     let paired = |f: &dyn Fn(&Round) -> f64| median(per_round.iter().map(f).collect());
     println!(
         "Median over rounds of each round's paired ratio: throughput one rule {:+.1}%, \

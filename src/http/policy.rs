@@ -299,11 +299,20 @@ impl Flat {
 
     #[inline]
     fn test(&self, head: &Head<'_>) -> bool {
-        self.methods & head.method != 0
+        self.decides(head.method, |prefix| under(head.path, prefix.as_bytes()))
+    }
+
+    /// Whether it matches a request of method bit `method` whose path is
+    /// under its prefix when `is_under` says so: the request read here
+    /// ([`test`](Flat::test)), or a class of requests when a tier builds
+    /// its table.
+    #[inline]
+    fn decides(&self, method: u16, is_under: impl FnOnce(&Arc<str>) -> bool) -> bool {
+        self.methods & method != 0
             && self
                 .prefix
                 .as_ref()
-                .is_none_or(|prefix| under(head.path, prefix.as_bytes()) != self.negated)
+                .is_none_or(|prefix| is_under(prefix) != self.negated)
     }
 
     /// Both: the methods both allow, and the one prefix either tests.
@@ -531,15 +540,13 @@ impl Classes {
         if prefixes.len() > MAX_PREFIXES {
             return None;
         }
-        let applies = |flat: &Option<&Flat>, method: usize, path: usize| match flat {
-            None => true,
-            Some(flat) => {
-                flat.methods & method_bit_of(method) != 0
-                    && flat.prefix.as_ref().is_none_or(|prefix| {
-                        let at = prefixes.iter().position(|p| p == prefix);
-                        at.is_some_and(|at| path >> at & 1 == 1) != flat.negated
-                    })
-            }
+        let applies = |flat: &Option<&Flat>, method: usize, path: usize| {
+            flat.is_none_or(|flat| {
+                flat.decides(method_bit_of(method), |prefix| {
+                    let at = prefixes.iter().position(|p| p == prefix);
+                    at.is_some_and(|at| path >> at & 1 == 1)
+                })
+            })
         };
         let width = 1usize << prefixes.len();
         let masks: Vec<u32> = (0..METHOD_CLASSES * width)
