@@ -1055,7 +1055,11 @@ fn in_process(limiters: &Limiters, calls: u32, only: Option<&str>, headers: &str
 /// round's layered CPU per request against the bare one's, and the median
 /// over the rounds, as the throughput a saturated server keeps (bare CPU
 /// per request over layered: a server on a saturated core serves the
-/// inverse of its CPU per request).
+/// inverse of its CPU per request). `TOGETHER_KIND=0` (anonymous) or `1`
+/// (signed-in) in the environment runs that kind of request only: under a
+/// profiler (`valgrind --tool=callgrind --cache-sim=yes
+/// --separate-threads=yes`), each server thread's instructions and cache
+/// misses per request for one kind.
 fn together(bare: SocketAddr, limited: SocketAddr, conns: usize, secs: u64, rounds: u32) {
     let conns = (conns / 2).max(1);
     println!(
@@ -1070,6 +1074,9 @@ fn together(bare: SocketAddr, limited: SocketAddr, conns: usize, secs: u64, roun
             .into_iter()
             .enumerate()
         {
+            if std::env::var("TOGETHER_KIND").is_ok_and(|k| k != kind.to_string()) {
+                continue;
+            }
             let [b, l] = load_together([bare, limited], conns, secs, headers);
             let ratio = (b.cpu_us() / l.cpu_us() - 1.0) * 100.0;
             ratios[kind].push(ratio);

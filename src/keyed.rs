@@ -509,28 +509,40 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now();
-        let known = self.map.with(key, |state| {
-            let peek = self.algorithm.peek(state, now, cost)?;
-            if commit(&peek) {
-                self.algorithm.check(state, now, cost)
-            } else {
-                Ok(peek)
-            }
-        });
-        match known {
-            Some(result) => {
-                self.maybe_auto_sweep(now);
-                result
-            }
-            None => {
-                let peek = self.peek_new(now, cost)?;
-                if commit(&peek) {
-                    self.check_n(key, cost)
-                } else {
-                    Ok(peek)
-                }
-            }
+        // Looked up as `check_n` does, the clock read once the state is
+        // found.
+        if let Some(state) = self.map.get(key) {
+            let now = self.clock.now();
+            let result = match self.algorithm.peek(&state, now, cost) {
+                Ok(peek) if commit(&peek) => self.algorithm.check(&state, now, cost),
+                peek => peek,
+            };
+            drop(state);
+            self.maybe_auto_sweep(now);
+            return result;
+        }
+        self.peek_then_check_absent(key, cost, commit)
+    }
+
+    /// [`peek_then_check_n`](Self::peek_then_check_n) of a key the map did
+    /// not hold a moment ago; out of line, so that the known key's path
+    /// spans fewer cache lines of code.
+    #[inline(never)]
+    fn peek_then_check_absent<Q>(
+        &self,
+        key: &Q,
+        cost: u32,
+        commit: &mut dyn FnMut(&Decision) -> bool,
+    ) -> Result<Decision, CheckError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let peek = self.peek_new(self.clock.now(), cost)?;
+        if commit(&peek) {
+            self.check_n(key, cost)
+        } else {
+            Ok(peek)
         }
     }
 

@@ -3,7 +3,9 @@
 
 use super::fields::RateLimitFields;
 use super::key::{Key, KeyError};
-use super::policy::{Backend, BackendFuture, Rule, RuleLimiter, Tier};
+use super::policy::{
+    Applying, AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier,
+};
 use crate::policy::Limit;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
@@ -75,6 +77,8 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// Out of line, as [`report_all`] is.
+    #[inline(never)]
     fn single(tier: Arc<str>, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
             tier,
@@ -190,32 +194,55 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
     let Some(first) = rules.next() else {
         return Verdict::Unlimited;
     };
-    let Some(second) = rules.next() else {
-        return decide_one(tier, first, key, parts, report_allowed);
-    };
-    // Several rules, all in memory (the builder refuses an async rule
-    // beside others; one that got here anyway is left out). The rules
-    // that apply come from the tier's table, or each matcher runs once;
-    // up to `INLINE` members stay on the stack.
+    match rules.next() {
+        None => decide_one(tier, first, key, parts, report_allowed),
+        Some(second) => decide_several(tier, [first, second], rules, &key, parts, report_allowed),
+    }
+}
+
+/// Several rules, all in memory (the builder refuses an async rule
+/// beside others; one that got here anyway is left out). Kept out of
+/// [`decide`], whose one-rule path then spans fewer cache lines: at
+/// saturation each line of code a request runs is fetched again per
+/// request.
+#[inline(never)]
+fn decide_several<'a>(
+    tier: &'a Tier,
+    [first, second]: [&'a Rule; 2],
+    mut rest: Applying<'a>,
+    key: &'a Key<'_>,
+    parts: &'a Parts,
+    report_allowed: bool,
+) -> Verdict {
     let key = key.as_str();
     let bound = |rule| Bound::new(rule, key, parts);
-    let (a, b) = (bound(first), bound(second));
-    let (Some(a), Some(b)) = (a, b) else {
-        let members: Vec<Bound<'_>> = [a, b]
-            .into_iter()
-            .flatten()
-            .chain(rules.filter_map(bound))
-            .collect();
-        return match members.as_slice() {
-            [] => Verdict::Unlimited,
-            members => decide_all(tier, members, report_allowed),
-        };
+    match (bound(first), bound(second), rest.next()) {
+        // Two rules in memory (the example's signed-in requests).
+        (Some(a), Some(b), None) => decide_all(tier, &[a, b], report_allowed),
+        (a, b, third) => {
+            let members = [a, b]
+                .into_iter()
+                .chain(third.into_iter().chain(rest).map(bound));
+            decide_many(tier, members.flatten(), report_allowed)
+        }
+    }
+}
+
+/// Three rules or more (or one left out): up to [`INLINE`] members on
+/// the stack, more on the heap.
+#[inline(never)]
+fn decide_many<'a>(
+    tier: &Tier,
+    mut members: impl Iterator<Item = Bound<'a>>,
+    report_allowed: bool,
+) -> Verdict {
+    let Some(first) = members.next() else {
+        return Verdict::Unlimited;
     };
-    let mut inline = [a; INLINE];
-    inline[1] = b;
-    let mut n = 2;
+    let mut inline = [first; INLINE];
+    let mut n = 1;
     let mut spill = Vec::new();
-    for member in rules.filter_map(bound) {
+    for member in members {
         if n < INLINE {
             inline[n] = member;
         } else {
@@ -248,14 +275,28 @@ fn decide_one(
             let key = key.as_str();
             decide_sync(tier, rule, &**backend, key, cost, report_allowed)
         }
-        RuleLimiter::Async(backend) => Verdict::Pending(Box::new(Pending {
-            tier: Arc::clone(&tier.name),
-            rule: rule.clone(),
-            quota: backend.quota_for(key.as_str()),
-            future: backend.check_n(key.into_owned(), cost),
-            report_allowed,
-        })),
+        RuleLimiter::Async(backend) => pending(tier, rule, &**backend, key, cost, report_allowed),
     }
+}
+
+/// One rule on an async backend: the check to await. Out of line, as
+/// [`decide_several`] is.
+#[inline(never)]
+fn pending(
+    tier: &Tier,
+    rule: &Rule,
+    backend: &dyn AsyncBackend,
+    key: Key<'_>,
+    cost: u32,
+    report_allowed: bool,
+) -> Verdict {
+    Verdict::Pending(Box::new(Pending {
+        tier: Arc::clone(&tier.name),
+        rule: rule.clone(),
+        quota: backend.quota_for(key.as_str()),
+        future: backend.check_n(key.into_owned(), cost),
+        report_allowed,
+    }))
 }
 
 /// One in-memory rule.
@@ -369,6 +410,13 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         // The binding decision is found only for the headers.
         return Verdict::Allowed;
     }
+    report_all(tier, members, decisions, allowed)
+}
+
+/// The report of several rules' decisions, out of line: an admission
+/// without one (the common case) then runs fewer cache lines of code.
+#[inline(never)]
+fn report_all(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: bool) -> Verdict {
     let report = crate::policy::bind(decisions);
     let state = |(member, decision): (&Bound<'_>, &Decision)| {
         PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
