@@ -3,9 +3,7 @@
 
 use super::fields::RateLimitFields;
 use super::key::{Key, KeyError};
-use super::policy::{
-    Applying, AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier,
-};
+use super::policy::{Applying, AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
 use crate::policy::Limit;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
@@ -218,7 +216,7 @@ fn decide_several<'a>(
     let bound = |rule| Bound::new(rule, key, parts);
     match (bound(first), bound(second), rest.next()) {
         // Two rules in memory (the example's signed-in requests).
-        (Some(a), Some(b), None) => decide_all(tier, &[a, b], report_allowed),
+        (Some(a), Some(b), None) => decide_two(tier, [a, b], report_allowed),
         (a, b, third) => {
             let members = [a, b]
                 .into_iter()
@@ -396,32 +394,54 @@ fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdi
         spill.resize(members.len(), none);
         &mut spill
     };
-    let allowed = match crate::policy::admits_all(members, 1, decisions) {
-        Ok(allowed) => allowed,
-        Err(error) => {
-            return Verdict::CostTooHigh {
-                policy: Arc::clone(&members[error.member].rule.name),
-                error: error.error,
-                shadow: false,
-            };
-        }
-    };
-    if allowed && !report_allowed {
+    let result = crate::policy::admits_all(members, 1, decisions);
+    verdict_of_all(tier, members, result, decisions, report_allowed)
+}
+
+/// [`decide_all`] for two rules (the common case of several), through
+/// the pair's shorter path.
+fn decide_two(tier: &Tier, members: [Bound<'_>; 2], report_allowed: bool) -> Verdict {
+    let none = Decision::allow(0, 0, 0);
+    let mut decisions = [none; 2];
+    let result = crate::policy::admits_pair(&members, 1, &mut decisions);
+    verdict_of_all(tier, &members, result, &decisions, report_allowed)
+}
+
+/// The verdict on the rules' all-or-nothing check.
+#[inline]
+fn verdict_of_all(
+    tier: &Tier,
+    members: &[Bound<'_>],
+    result: Result<bool, crate::policy::MemberError>,
+    decisions: &[Decision],
+    report_allowed: bool,
+) -> Verdict {
+    match result {
         // The binding decision is found only for the headers.
-        return Verdict::Allowed;
+        Ok(true) if !report_allowed => Verdict::Allowed,
+        Ok(allowed) => report_all(tier, members, decisions, allowed),
+        Err(error) => Verdict::CostTooHigh {
+            policy: Arc::clone(&members[error.member].rule.name),
+            error: error.error,
+            shadow: false,
+        },
     }
-    report_all(tier, members, decisions, allowed)
 }
 
 /// The report of several rules' decisions, out of line: an admission
 /// without one (the common case) then runs fewer cache lines of code.
 #[inline(never)]
-fn report_all(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: bool) -> Verdict {
+fn report_all(
+    tier: &Tier,
+    members: &[Bound<'_>],
+    decisions: &[Decision],
+    allowed: bool,
+) -> Verdict {
     let report = crate::policy::bind(decisions);
     let state = |(member, decision): (&Bound<'_>, &Decision)| {
         PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
     };
-    let policies = match (members, &*decisions) {
+    let policies = match (members, decisions) {
         ([a, b], [da, db]) => Policies::Two([state((a, da)), state((b, db))]),
         _ => Policies::Many(members.iter().zip(decisions.iter()).map(state).collect()),
     };

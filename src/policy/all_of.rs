@@ -406,7 +406,14 @@ fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
             members[..i].iter().all(|b| b.state_id() != id)
         });
     with_stripes(mask, || match members {
-        [a, b] if distinct => pair(a, b, cost, fold),
+        [a, b] if distinct => {
+            let (first, second) = pair(a, b, cost)?;
+            if let Some(second) = second {
+                fold.record(1, second);
+            }
+            fold.record(0, first);
+            Ok(())
+        }
         _ if distinct => nested(members, 0, cost, fold).map(drop),
         _ => two_phase(members, cost, fold),
     })
@@ -415,8 +422,10 @@ fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
 /// [`nested`] for two members (the HTTP layer's common case: a quota per
 /// hour and one per second), without the recursion: `a` peeks, `b`
 /// checks inside `a`'s commit if `a`'s peek admitted (else only peeks),
-/// and `a` checks if both admitted.
-fn pair<M: Limit>(a: &M, b: &M, cost: u32, fold: &mut Fold<'_>) -> Result<(), MemberError> {
+/// and `a` checks if both admitted. Returns `a`'s decision and `b`'s
+/// (`None` only from a `Limit` that broke `peek_then_check_n`'s contract,
+/// as in `nested`: then only `a`'s decision counts).
+fn pair<M: Limit>(a: &M, b: &M, cost: u32) -> Result<(Decision, Option<Decision>), MemberError> {
     let mut second = None;
     // Whether every decision so far admitted. Kept across calls of the
     // commit, as `nested` keeps `peeks_allowed`: a `Limit` that shows it
@@ -437,14 +446,42 @@ fn pair<M: Limit>(a: &M, b: &M, cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
         })
         .map_err(|error| MemberError { member: 0, error })?;
     // `peek_then_check_n` shows every successful peek to the commit, so
-    // `second` is set once `a` decided; a `Limit` that breaks that
-    // contract leaves only `a`'s decision recorded, as in `nested`.
-    if let Some(second) = second {
-        let second = second.map_err(|error| MemberError { member: 1, error })?;
-        fold.record(1, second);
+    // `second` is set once `a` decided.
+    let second = second
+        .transpose()
+        .map_err(|error| MemberError { member: 1, error })?;
+    Ok((first, second))
+}
+
+/// [`admits_all`] for two members, in fewer lines of code than the
+/// general path (no slices of members, no fold): at saturation a server
+/// fetches each cache line of code a request runs again per request, so
+/// the HTTP layer's two-rule check pays for the code it spans as much as
+/// for its instructions. Decides as `admits_all(members, cost,
+/// decisions)` does.
+#[cfg(feature = "tower")]
+pub(crate) fn admits_pair<M: Limit>(
+    members: &[M; 2],
+    cost: u32,
+    decisions: &mut [Decision; 2],
+) -> Result<bool, MemberError> {
+    let [a, b] = members;
+    let mask = 1u64 << stripe_of(a.lock_id()) | 1u64 << stripe_of(b.lock_id());
+    // Distinct stripes imply distinct states (as in `run`).
+    if mask.count_ones() == 1 && a.state_id() == b.state_id() {
+        return admits_all(members, cost, decisions);
     }
-    fold.record(0, first);
-    Ok(())
+    with_stripes(mask, || {
+        let (first, second) = pair(a, b, cost)?;
+        decisions[0] = first;
+        Ok(match second {
+            Some(second) => {
+                decisions[1] = second;
+                first.is_allowed() && second.is_allowed()
+            }
+            None => first.is_allowed(),
+        })
+    })
 }
 
 /// Member `i` peeks, and inside its `commit` the members after it decide;
@@ -656,5 +693,61 @@ impl Limit for AllOf {
                 let rhs = u128::from(b.period_nanos()) * u128::from(a.limit());
                 lhs.cmp(&rhs)
             })
+    }
+}
+
+#[cfg(all(test, feature = "tower", not(rategate_loom)))]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Quota, RateLimiter, TokenBucket};
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    type Bucket = Arc<RateLimiter<TokenBucket, ManualClock>>;
+
+    /// Two members over `limits` (indices into them: equal ones share one
+    /// state, as two rules on one limiter do).
+    fn members(clock: &ManualClock, limits: &[u32], pair: (usize, usize)) -> [Bucket; 2] {
+        let made: Vec<Bucket> = limits
+            .iter()
+            .map(|&n| {
+                let quota = Quota::per_second(n).unwrap();
+                Arc::new(RateLimiter::with_clock(quota, clock.clone()).unwrap())
+            })
+            .collect();
+        [Arc::clone(&made[pair.0]), Arc::clone(&made[pair.1])]
+    }
+
+    proptest! {
+        /// The pair's short path decides every request as the general
+        /// path does: the same admissions, the same decision per member,
+        /// the same state left behind (the next peeks agree), on distinct
+        /// states and on one state named twice.
+        #[test]
+        fn admits_pair_decides_as_admits_all(
+            limits in proptest::collection::vec(1u32..6, 2),
+            same in any::<bool>(),
+            steps in proptest::collection::vec((0u64..400, 0u32..4), 1..40),
+        ) {
+            let pair = if same { (0, 0) } else { (0, 1) };
+            let (clock_a, clock_b) = (ManualClock::new(), ManualClock::new());
+            let short = members(&clock_a, &limits, pair);
+            let general = members(&clock_b, &limits, pair);
+            for (advance_ms, cost) in steps {
+                clock_a.advance(Duration::from_millis(advance_ms));
+                clock_b.advance(Duration::from_millis(advance_ms));
+                let none = Decision::allow(0, 0, 0);
+                let (mut got, mut want) = ([none; 2], [none; 2]);
+                let by_pair = admits_pair(&short, cost, &mut got);
+                let by_all = admits_all(&general, cost, &mut want);
+                prop_assert_eq!(by_pair.map_err(|e| e.member), by_all.map_err(|e| e.member));
+                if by_all.is_ok() {
+                    prop_assert_eq!(got, want);
+                }
+                for (a, b) in short.iter().zip(&general) {
+                    prop_assert_eq!(a.peek(), b.peek());
+                }
+            }
+        }
     }
 }

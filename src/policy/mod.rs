@@ -15,6 +15,6 @@ pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit, MemberError};
 pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
 
 #[cfg(feature = "tower")]
-pub(crate) use all_of::{admits_all, bind};
+pub(crate) use all_of::{admits_all, admits_pair, bind};
 #[cfg(feature = "tower")]
 pub(crate) use stripes::keyed_lock_id;
