@@ -425,7 +425,10 @@ fn client_runtime() -> tokio::runtime::Runtime {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 {
+    if n == 0 {
+        // No rounds of that kind (`TOGETHER_KIND`).
+        f64::NAN
+    } else if n % 2 == 1 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The HTTP layer's hot code lines per request (see scripts/hot_lines.py):
+# both servers of axum_load's TOGETHER setup run under callgrind, once
+# with anonymous requests (one rule) and once with signed-in ones (two
+# rules all or nothing), and each server thread's 64-byte lines of code
+# that ran at least once per request are counted. Deterministic where the
+# saturation figures drift: a change that removes hot lines from the
+# layer's path is what moved those figures.
+#
+#   scripts/hot-lines.sh                 # this checkout's build
+#   scripts/hot-lines.sh path/to/axum_load CONTROL   # another build, another control (default outer)
+#
+# Needs valgrind (apt-get install valgrind). About a minute per kind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="${1:-}"
+control="${2:-outer}"
+if [ -z "$bin" ]; then
+  cargo build --release --example axum_load --features axum
+  bin=target/release/examples/axum_load
+fi
+command -v valgrind >/dev/null || { echo "valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
+secs=6
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for kind in 0 1; do
+  label=$([ "$kind" = 0 ] && echo "one rule (anonymous)" || echo "two rules (signed-in)")
+  # The example's exit status under valgrind is not the measure's: the
+  # round's line is.
+  TOGETHER=1 TOGETHER_KIND=$kind SERVER_WORKERS=1 CLIENT=raw \
+    valgrind --tool=callgrind --dump-instr=yes --compress-pos=no --compress-strings=no \
+    --separate-threads=yes --callgrind-out-file="$dir/k$kind" \
+    "$bin" "$secs" 32 1 default 200 "$control" >"$dir/out$kind" 2>/dev/null || true
+  out=$(grep '^round 1:' "$dir/out$kind") || { echo "no round in the output: $(cat "$dir/out$kind")" >&2; exit 1; }
+  # "round 1: one rule B/L requests/s, ..."
+  rates=$(echo "$out" | sed -E 's/^round 1: [a-z ]+ ([0-9]+)\/([0-9]+) requests.*/\1 \2/')
+  read -r bare layered <<<"$rates"
+  echo "== $label, control $control: $((bare * secs)) bare and $((layered * secs)) layered requests under callgrind"
+  case "$control" in
+    *tower-governor) layer=governor ;;
+    *) layer=rategate ;;
+  esac
+  python3 scripts/hot_lines.py "$dir/k$kind" $((bare * secs)) $((layered * secs)) "$layer"
+done

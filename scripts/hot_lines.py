@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Hot code lines per request, from callgrind's per-thread instruction dumps.
+
+A 64-byte line of code is *hot* when its instructions ran, on average, at
+least once per request. At saturation the bare axum server runs more hot
+lines per request than the core's L1 instruction cache holds, so each
+line the layer adds is fetched again for each request: the layer's cost
+there follows its hot lines more than its instructions.
+
+    hot_lines.py PREFIX BARE_REQUESTS LAYERED_REQUESTS [LAYER_REGEX]
+
+PREFIX: the `--callgrind-out-file` of a run with `--dump-instr=yes
+--compress-pos=no --compress-strings=no --separate-threads=yes` (one
+file per thread, PREFIX-01, PREFIX-02, ...). The two server threads are
+the files that ran hyper's server code; the layered one also ran
+rategate's own functions. Prints the functions whose names mention
+rategate (its own, and those monomorphized over its types) with their hot
+lines and instructions per request, then each server thread's hot lines
+in all.
+"""
+
+import collections
+import glob
+import re
+import sys
+
+# Functions of the layer (default): rategate's own, and those
+# monomorphized over its types (the futures and services around it);
+# LAYER_REGEX `governor` for tower_governor's layer.
+LAYER = re.compile(r"rategate")
+# Only the layered server runs a layer's own code.
+OWN = re.compile(r"^<?(rategate|tower_governor|governor)::")
+SERVER = "hyper::proto::h1::role::Server"
+
+
+def load(path):
+    """{function: {line: instructions}} from one thread's dump."""
+    per_fn = collections.defaultdict(lambda: collections.defaultdict(int))
+    function = None
+    after_call = False
+    with open(path) as dump:
+        for text in dump:
+            if text.startswith("fn="):
+                function = text[3:].strip()
+            elif text.startswith("calls="):
+                # The next cost line is the call's inclusive cost.
+                after_call = True
+            elif text.startswith("0x"):
+                if after_call:
+                    after_call = False
+                    continue
+                fields = text.split()
+                # positions: instr line; events: Ir
+                if len(fields) >= 3:
+                    per_fn[function][int(fields[0], 16) // 64] += int(fields[2])
+    return per_fn
+
+
+def hot(lines, requests):
+    return sum(1 for count in lines.values() if count >= 0.5 * requests)
+
+
+def main():
+    prefix, bare_requests, layered_requests = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    layer = re.compile(sys.argv[4]) if len(sys.argv) > 4 else LAYER
+    servers = []
+    for path in sorted(glob.glob(prefix + "-*")):
+        per_fn = load(path)
+        if any(SERVER in name for name in per_fn):
+            layered = any(OWN.search(name) and sum(l.values()) for name, l in per_fn.items())
+            servers.append((layered, per_fn))
+    bare = [f for layered, f in servers if not layered]
+    layered = [f for is_layered, f in servers if is_layered]
+    if len(bare) != 1 or len(layered) != 1:
+        sys.exit(f"expected one bare and one layered server thread, found {len(bare)} and {len(layered)}")
+    bare, layered = bare[0], layered[0]
+    rows = []
+    for name, lines in layered.items():
+        if layer.search(name):
+            count = hot(lines, layered_requests)
+            if count:
+                rows.append((count, sum(lines.values()) / layered_requests, name))
+    rows.sort(reverse=True)
+    for count, instructions, name in rows:
+        print(f"{count:4} lines {instructions:6.0f} instructions  {name[:110]}")
+    in_layer = sum(count for count, _, _ in rows)
+    whole_layered = sum(hot(lines, layered_requests) for lines in layered.values())
+    whole_bare = sum(hot(lines, bare_requests) for lines in bare.values())
+    print(
+        f"hot lines per request: the layer's functions {in_layer}; "
+        f"layered server {whole_layered}, bare server {whole_bare} "
+        f"({whole_layered - whole_bare:+})"
+    )
+
+
+if __name__ == "__main__":
+    main()
