@@ -137,11 +137,19 @@ fn single_verdict(
             &decision,
             &quota(),
         ))),
-        Err(error) => Verdict::CostTooHigh {
-            policy: Arc::clone(&rule.name),
-            error,
-            shadow: rule.shadow,
-        },
+        Err(error) => cost_too_high(rule, error),
+    }
+}
+
+/// A rule's cost that can never pass: a configuration error, rare, out
+/// of the decision's way.
+#[cold]
+#[inline(never)]
+fn cost_too_high(rule: &Rule, error: CheckError) -> Verdict {
+    Verdict::CostTooHigh {
+        policy: Arc::clone(&rule.name),
+        error,
+        shadow: rule.shadow,
     }
 }
 
@@ -278,7 +286,9 @@ fn decide_one(
 }
 
 /// One rule on an async backend: the check to await. Out of line, as
-/// [`decide_several`] is.
+/// [`decide_several`] is, and laid out as cold: beside a store's round
+/// trip its call costs nothing, and the in-memory path runs straight.
+#[cold]
 #[inline(never)]
 fn pending(
     tier: &Tier,

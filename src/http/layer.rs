@@ -90,6 +90,7 @@ pub(crate) enum Settled {
 }
 
 impl Config {
+    #[inline]
     pub(crate) fn settle(&self, verdict: Verdict) -> Settled {
         let c = self.counters.here();
         match verdict {
