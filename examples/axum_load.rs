@@ -1084,9 +1084,12 @@ fn together(bare: SocketAddr, limited: SocketAddr, conns: usize, secs: u64, roun
             let ratio = (b.cpu_us() / l.cpu_us() - 1.0) * 100.0;
             ratios[kind].push(ratio);
             line += &format!(
-                " {label} {:.0}/{:.0} requests/s, {:.2}/{:.2} µs CPU/request ({ratio:+.1}%);",
+                " {label} {:.0}/{:.0} requests/s ({}/{} requests), {:.2}/{:.2} µs CPU/request \
+                 ({ratio:+.1}%);",
                 b.rps(),
                 l.rps(),
+                b.requests,
+                l.requests,
                 b.cpu_us(),
                 l.cpu_us()
             );

@@ -208,9 +208,9 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
 
 /// Several rules, all in memory (the builder refuses an async rule
 /// beside others; one that got here anyway is left out). Kept out of
-/// [`decide`], whose one-rule path then spans fewer cache lines: at
-/// saturation each line of code a request runs is fetched again per
-/// request.
+/// `decide_tier` (inlined into [`decide`]), whose one-rule path then
+/// spans fewer cache lines: at saturation each line of code a request
+/// runs is fetched again per request.
 #[inline(never)]
 fn decide_several<'a>(
     tier: &'a Tier,

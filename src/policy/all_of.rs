@@ -699,53 +699,104 @@ impl Limit for AllOf {
 #[cfg(all(test, feature = "tower", not(rategate_loom)))]
 mod tests {
     use super::*;
-    use crate::{ManualClock, Quota, RateLimiter, TokenBucket};
+    use crate::{KeyedRateLimiter, ManualClock, Quota, RateLimiter, TokenBucket};
     use proptest::prelude::*;
     use std::time::Duration;
 
-    type Bucket = Arc<RateLimiter<TokenBucket, ManualClock>>;
+    type Keyed = KeyedRateLimiter<String, TokenBucket, ManualClock>;
 
-    /// Two members over `limits` (indices into them: equal ones share one
-    /// state, as two rules on one limiter do).
-    fn members(clock: &ManualClock, limits: &[u32], pair: (usize, usize)) -> [Bucket; 2] {
-        let made: Vec<Bucket> = limits
+    /// Two members of the kind `shape` names, on fresh limiters of
+    /// `limits` per second: 0, two direct limiters; 1, one direct limiter
+    /// twice (one state); 2, one key on two keyed limiters (one lock
+    /// stripe, two states: the HTTP layer's case); 3, one key of one
+    /// keyed limiter twice (one state); 4, two keys of one keyed limiter.
+    fn members(clock: &ManualClock, limits: [u32; 2], shape: u8) -> [Arc<dyn Limit>; 2] {
+        let quota = |n| Quota::per_second(n).unwrap();
+        let direct = |n| -> Arc<dyn Limit> {
+            Arc::new(RateLimiter::<TokenBucket, _>::with_clock(quota(n), clock.clone()).unwrap())
+        };
+        let keyed = |n| {
+            Arc::new(
+                KeyedRateLimiter::<String, TokenBucket>::builder(quota(n))
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap(),
+            )
+        };
+        let on = |limiter: &Arc<Keyed>, key: &str| -> Arc<dyn Limit> {
+            Arc::new(KeyedLimit::new(Arc::clone(limiter), key.to_string()))
+        };
+        match shape {
+            0 => [direct(limits[0]), direct(limits[1])],
+            1 => {
+                let one = direct(limits[0]);
+                [Arc::clone(&one), one]
+            }
+            2 => [on(&keyed(limits[0]), "k"), on(&keyed(limits[1]), "k")],
+            3 => {
+                let one = keyed(limits[0]);
+                [on(&one, "k"), on(&one, "k")]
+            }
+            _ => {
+                let one = keyed(limits[0]);
+                [on(&one, "k"), on(&one, "other")]
+            }
+        }
+    }
+
+    /// The general path's nesting, for two members on distinct states
+    /// (what `pair` replaced): whether both were charged.
+    fn by_nesting(
+        members: &[Arc<dyn Limit>; 2],
+        cost: u32,
+        decisions: &mut [Decision; 2],
+    ) -> Result<bool, MemberError> {
+        let mut fold = Fold::new(decisions, true);
+        let mask = members
             .iter()
-            .map(|&n| {
-                let quota = Quota::per_second(n).unwrap();
-                Arc::new(RateLimiter::with_clock(quota, clock.clone()).unwrap())
-            })
-            .collect();
-        [Arc::clone(&made[pair.0]), Arc::clone(&made[pair.1])]
+            .fold(0u64, |mask, m| mask | 1 << stripe_of(m.lock_id()));
+        with_stripes(mask, || nested(members, 0, cost, &mut fold))?;
+        Ok(fold.all_allowed)
     }
 
     proptest! {
         /// The pair's short path decides every request as the general
-        /// path does: the same admissions, the same decision per member,
-        /// the same state left behind (the next peeks agree), on distinct
-        /// states and on one state named twice.
+        /// path does, and as the nesting it replaced where the states are
+        /// distinct: the same result (error and member included), the
+        /// same decision per member, the same state left behind (the next
+        /// peeks agree).
         #[test]
         fn admits_pair_decides_as_admits_all(
-            limits in proptest::collection::vec(1u32..6, 2),
-            same in any::<bool>(),
+            limits in proptest::array::uniform2(1u32..6),
+            shape in 0u8..5,
             steps in proptest::collection::vec((0u64..400, 0u32..4), 1..40),
         ) {
-            let pair = if same { (0, 0) } else { (0, 1) };
-            let (clock_a, clock_b) = (ManualClock::new(), ManualClock::new());
-            let short = members(&clock_a, &limits, pair);
-            let general = members(&clock_b, &limits, pair);
+            let clocks = [ManualClock::new(), ManualClock::new(), ManualClock::new()];
+            let short = members(&clocks[0], limits, shape);
+            let general = members(&clocks[1], limits, shape);
+            let nesting = members(&clocks[2], limits, shape);
+            let distinct = !matches!(shape, 1 | 3);
             for (advance_ms, cost) in steps {
-                clock_a.advance(Duration::from_millis(advance_ms));
-                clock_b.advance(Duration::from_millis(advance_ms));
+                for clock in &clocks {
+                    clock.advance(Duration::from_millis(advance_ms));
+                }
                 let none = Decision::allow(0, 0, 0);
-                let (mut got, mut want) = ([none; 2], [none; 2]);
+                let (mut got, mut want, mut nested_got) = ([none; 2], [none; 2], [none; 2]);
                 let by_pair = admits_pair(&short, cost, &mut got);
                 let by_all = admits_all(&general, cost, &mut want);
-                prop_assert_eq!(by_pair.map_err(|e| e.member), by_all.map_err(|e| e.member));
-                if by_all.is_ok() {
-                    prop_assert_eq!(got, want);
+                let key = |r: Result<bool, MemberError>| r.map_err(|e| (e.member, e.error));
+                prop_assert_eq!(key(by_pair), key(by_all));
+                prop_assert_eq!(got, want);
+                if distinct {
+                    let nested_result = by_nesting(&nesting, cost, &mut nested_got);
+                    prop_assert_eq!(key(nested_result), key(by_all));
+                    prop_assert_eq!(nested_got, want);
                 }
-                for (a, b) in short.iter().zip(&general) {
-                    prop_assert_eq!(a.peek(), b.peek());
+                for ((a, b), c) in short.iter().zip(&general).zip(&nesting) {
+                    prop_assert_eq!(a.peek_n(1), b.peek_n(1));
+                    if distinct {
+                        prop_assert_eq!(c.peek_n(1), b.peek_n(1));
+                    }
                 }
             }
         }
