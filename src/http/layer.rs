@@ -365,8 +365,8 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// which puts a copy in each route, about 1,960 (phases `router-outer`,
 /// `router-layer`). At saturation a server runs more code per request
 /// than the core's instruction cache holds, and the layer's cost there
-/// follows the lines of code its path runs (about 105 with one rule,
-/// 142 with two; `scripts/hot-lines.sh`) as well as its instructions. With
+/// follows the lines of code its path runs (about 102 with one rule,
+/// 136 with two; `scripts/hot-lines.sh`) as well as its instructions. With
 /// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) the
 /// six fields on every response raise one rule to about 6,100 and two to
 /// 7,800, most of that the `http` crate's `HeaderMap` inserts (one buffer
