@@ -201,16 +201,36 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let status = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
+            .spawn()
             .expect("redis-cli must be installed (apt-get install redis-tools)");
-        if !status.success() {
-            return Err("redis-cli --cluster create failed".to_string());
+        // `--cluster create` waits for the nodes to join without a limit: a
+        // node that went away after answering (its cluster bus port taken
+        // by another test's connection, say) hangs it for good. Bounded
+        // here, and retried with fresh nodes like any other failure.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            match create.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = create.kill();
+                    let _ = create.wait();
+                    break None;
+                }
+            }
+        };
+        match status {
+            Some(status) if status.success() => {}
+            Some(_) => return Err("redis-cli --cluster create failed".to_string()),
+            None => return Err("redis-cli --cluster create did not finish in 30 s".to_string()),
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         'wait: while Instant::now() < deadline {
