@@ -2,8 +2,8 @@
 
 use super::client_ip::ClientIp;
 use crate::sync::Arc;
-use http::HeaderName;
 use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -203,9 +203,50 @@ impl KeyExtractor {
                 name,
                 bearer,
                 max_len,
-            } => header_key(parts, name, *bearer, *max_len).map(Key::Borrowed),
+            } => header_key(parts, name, *bearer, *max_len)
+                .map(Key::Borrowed)
+                .map_err(|problem| problem.error(name)),
             Kind::Global => Ok(Key::Borrowed("global")),
             Kind::Custom(f) => f(parts).map(Key::Owned),
+        }
+    }
+
+    /// [`extract_key`](Self::extract_key) without the error: `None` where
+    /// it would fail. The layer tries its tiers in turn and shows only the
+    /// last one's error, if every tier fails; the error a signed-in tier
+    /// finds on each anonymous request (the header's name cloned into it,
+    /// then dropped) is code each such request would run for nothing.
+    pub(crate) fn find_key<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
+        match &self.kind {
+            Kind::Ip(client_ip) => {
+                let peer = peer_addr(parts)?;
+                Some(client_ip.key_of(client_ip.resolve(peer.ip(), &parts.headers)))
+            }
+            Kind::Header {
+                name,
+                bearer,
+                max_len,
+            } => header_key(parts, name, *bearer, *max_len)
+                .ok()
+                .map(Key::Borrowed),
+            Kind::Global => Some(Key::Borrowed("global")),
+            Kind::Custom(f) => f(parts).ok().map(Key::Owned),
+        }
+    }
+}
+
+/// Why a header gave no key; [`KeyError`] once the header's name is added.
+#[derive(Clone, Copy)]
+enum HeaderProblem {
+    Missing,
+    Invalid,
+}
+
+impl HeaderProblem {
+    fn error(self, name: &HeaderName) -> KeyError {
+        match self {
+            HeaderProblem::Missing => KeyError::MissingHeader(name.clone()),
+            HeaderProblem::Invalid => KeyError::InvalidHeader(name.clone()),
         }
     }
 }
@@ -317,19 +358,19 @@ pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
     parts.extensions.get::<SocketAddr>().copied()
 }
 
+// Always inlined: called from `find_key` (each request) and `extract_key`
+// (its errors), each gets its own copy rather than a call with its frame.
+#[inline(always)]
 fn header_key<'a>(
     parts: &'a Parts,
     name: &HeaderName,
     bearer: bool,
     max_len: usize,
-) -> Result<&'a str, KeyError> {
-    let invalid = || KeyError::InvalidHeader(name.clone());
+) -> Result<&'a str, HeaderProblem> {
+    let invalid = || HeaderProblem::Invalid;
     // The first value only: a client that repeats the header gets no say
     // over which one counts.
-    let value = parts
-        .headers
-        .get(name)
-        .ok_or_else(|| KeyError::MissingHeader(name.clone()))?;
+    let value = first_value(&parts.headers, name).ok_or(HeaderProblem::Missing)?;
     let mut key = value.as_bytes().trim_ascii();
     if bearer {
         // RFC 6750: `Bearer` is case-insensitive, followed by one or more
@@ -351,6 +392,42 @@ fn header_key<'a>(
     // it is valid UTF-8 (`from_utf8` would check it a second time on every
     // request).
     Ok(unsafe { std::str::from_utf8_unchecked(key) })
+}
+
+/// Most distinct header names a request may have for [`first_value`] and
+/// [`has_header`] to compare names in turn; past them they look the name
+/// up by its hash.
+const SCAN_NAMES: usize = 16;
+
+/// The first value of header `name`: `headers.get(name)`, found by
+/// comparing the request's header names in turn (most requests have a
+/// handful) rather than by hashing `name` and probing. Under load a
+/// server runs each line of code on a request's path again per request,
+/// and the hashed lookup (the name's hash, the probe) took about a dozen
+/// lines of code that the server's own path does not run, where the
+/// comparison takes a loop of a few.
+#[inline]
+pub(crate) fn first_value<'h>(
+    headers: &'h HeaderMap,
+    name: &HeaderName,
+) -> Option<&'h HeaderValue> {
+    if headers.keys_len() > SCAN_NAMES {
+        return headers.get(name);
+    }
+    // A name's first value comes first among its values.
+    headers
+        .iter()
+        .find_map(|(key, value)| (key == name).then_some(value))
+}
+
+/// Whether the request has header `name`, comparing names as
+/// [`first_value`] does.
+#[inline]
+pub(crate) fn has_header(headers: &HeaderMap, name: &HeaderName) -> bool {
+    if headers.keys_len() > SCAN_NAMES {
+        return headers.contains_key(name);
+    }
+    headers.keys().any(|key| key == name)
 }
 
 /// `Bearer` and the space after it.
@@ -466,6 +543,84 @@ mod tests {
         // The first of repeated headers.
         let two = parts(&[("x-api-key", b"one"), ("x-api-key", b"two")]);
         assert_eq!(x.extract(&two).unwrap(), "one");
+    }
+
+    #[test]
+    fn names_compared_in_turn_find_what_the_hashed_lookup_finds() {
+        let wanted = HeaderName::from_static("x-api-key");
+        // Up to and past the scan's limit of distinct names, the wanted
+        // name absent, first, last or repeated among them, with other
+        // names of its length (compared byte by byte) and standard names.
+        for others in [0, 1, SCAN_NAMES - 1, SCAN_NAMES, SCAN_NAMES + 1, 40] {
+            for at in [None, Some(0), Some(others / 2), Some(others)] {
+                let mut headers = HeaderMap::new();
+                for i in 0..others {
+                    if at == Some(i) {
+                        headers.append(&wanted, HeaderValue::from_static("one"));
+                    }
+                    let name = match i % 3 {
+                        0 => format!("x-api-ke{}", i % 10),
+                        1 => format!("x-other-{i}"),
+                        _ => ["host", "accept", "user-agent"][i % 9 / 3].to_string(),
+                    };
+                    headers.append(
+                        HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                        HeaderValue::from_static("v"),
+                    );
+                    if at == Some(i) {
+                        headers.append(&wanted, HeaderValue::from_static("two"));
+                    }
+                }
+                if at == Some(others) {
+                    headers.append(&wanted, HeaderValue::from_static("one"));
+                }
+                let case = format!("{others} other names, the wanted one at {at:?}");
+                assert_eq!(
+                    first_value(&headers, &wanted),
+                    headers.get(&wanted),
+                    "{case}"
+                );
+                assert_eq!(
+                    has_header(&headers, &wanted),
+                    headers.contains_key(&wanted),
+                    "{case}"
+                );
+                assert_eq!(has_header(&headers, &wanted), at.is_some(), "{case}");
+                if at.is_some() {
+                    assert_eq!(first_value(&headers, &wanted).unwrap(), "one", "{case}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn find_key_finds_what_extract_key_finds() {
+        let extractors = [
+            KeyExtractor::bearer_token(),
+            KeyExtractor::header(HeaderName::from_static("x-api-key")).max_len(4),
+            KeyExtractor::global(),
+            KeyExtractor::from_fn(|parts| parts.headers.get("x-user").map(|v| format!("{v:?}"))),
+            KeyExtractor::peer_ip(),
+        ];
+        let mut with_peer = parts(&[("x-api-key", b"abc")]);
+        with_peer
+            .extensions
+            .insert(SocketAddr::from(([203, 0, 113, 9], 443)));
+        let requests = [
+            parts(&[]),
+            parts(&[("authorization", b"Bearer abc"), ("x-user", b"u")]),
+            parts(&[("authorization", b"Basic abc"), ("x-api-key", b"abcde")]),
+            with_peer,
+        ];
+        for extractor in &extractors {
+            for request in &requests {
+                assert_eq!(
+                    extractor.find_key(request).map(Key::into_owned),
+                    extractor.extract(request).ok(),
+                    "{extractor:?}"
+                );
+            }
+        }
     }
 
     #[test]

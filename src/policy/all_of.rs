@@ -407,11 +407,12 @@ fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
         });
     with_stripes(mask, || match members {
         [a, b] if distinct => {
-            let (first, second) = pair(a, b, cost)?;
-            if let Some(second) = second {
-                fold.record(1, second);
+            let none = Decision::allow(0, 0, 0);
+            let mut out = [none; 2];
+            if pair(a, b, cost, &mut out)? {
+                fold.record(1, out[1]);
             }
-            fold.record(0, first);
+            fold.record(0, out[0]);
             Ok(())
         }
         _ if distinct => nested(members, 0, cost, fold).map(drop),
@@ -422,10 +423,17 @@ fn run<M: Limit>(members: &[M], cost: u32, fold: &mut Fold<'_>) -> Result<(), Me
 /// [`nested`] for two members (the HTTP layer's common case: a quota per
 /// hour and one per second), without the recursion: `a` peeks, `b`
 /// checks inside `a`'s commit if `a`'s peek admitted (else only peeks),
-/// and `a` checks if both admitted. Returns `a`'s decision and `b`'s
-/// (`None` only from a `Limit` that broke `peek_then_check_n`'s contract,
-/// as in `nested`: then only `a`'s decision counts).
-fn pair<M: Limit>(a: &M, b: &M, cost: u32) -> Result<(Decision, Option<Decision>), MemberError> {
+/// and `a` checks if both admitted. On success writes `a`'s decision to
+/// `out[0]` and `b`'s to `out[1]`, and returns whether `b` decided
+/// (`false` only from a `Limit` that broke `peek_then_check_n`'s
+/// contract, as in `nested`: then only `a`'s decision counts, and
+/// `out[1]` is left as it was). On an error `out` is left as it was.
+///
+/// The decisions go straight to `out` rather than back in a returned
+/// tuple: at saturation each line of code the HTTP layer's two-rule check
+/// runs is fetched again per request, and moving a tuple of decisions
+/// through each caller's `Result` took several of them.
+fn pair<M: Limit>(a: &M, b: &M, cost: u32, out: &mut [Decision; 2]) -> Result<bool, MemberError> {
     let mut second = None;
     // Whether every decision so far admitted. Kept across calls of the
     // commit, as `nested` keeps `peeks_allowed`: a `Limit` that shows it
@@ -447,10 +455,16 @@ fn pair<M: Limit>(a: &M, b: &M, cost: u32) -> Result<(Decision, Option<Decision>
         .map_err(|error| MemberError { member: 0, error })?;
     // `peek_then_check_n` shows every successful peek to the commit, so
     // `second` is set once `a` decided.
-    let second = second
-        .transpose()
-        .map_err(|error| MemberError { member: 1, error })?;
-    Ok((first, second))
+    let decided = match second {
+        None => false,
+        Some(Err(error)) => return Err(MemberError { member: 1, error }),
+        Some(Ok(second)) => {
+            out[1] = second;
+            true
+        }
+    };
+    out[0] = first;
+    Ok(decided)
 }
 
 /// [`admits_all`] for two members, in fewer lines of code than the
@@ -460,6 +474,7 @@ fn pair<M: Limit>(a: &M, b: &M, cost: u32) -> Result<(Decision, Option<Decision>
 /// for its instructions. Decides as `admits_all(members, cost,
 /// decisions)` does.
 #[cfg(feature = "tower")]
+#[inline(always)]
 pub(crate) fn admits_pair<M: Limit>(
     members: &[M; 2],
     cost: u32,
@@ -471,17 +486,8 @@ pub(crate) fn admits_pair<M: Limit>(
     if mask.count_ones() == 1 && a.state_id() == b.state_id() {
         return admits_all(members, cost, decisions);
     }
-    with_stripes(mask, || {
-        let (first, second) = pair(a, b, cost)?;
-        decisions[0] = first;
-        Ok(match second {
-            Some(second) => {
-                decisions[1] = second;
-                first.is_allowed() && second.is_allowed()
-            }
-            None => first.is_allowed(),
-        })
-    })
+    let decided = with_stripes(mask, || pair(a, b, cost, decisions))?;
+    Ok(decisions[0].is_allowed() && (!decided || decisions[1].is_allowed()))
 }
 
 /// Member `i` peeks, and inside its `commit` the members after it decide;
