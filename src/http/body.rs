@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -102,6 +103,23 @@ pub trait BodyKind<B>: sealed::Sealed {
 
     /// A body the layer wrote (a 429's problem details, a missing key).
     fn full(data: Bytes) -> Self::Body;
+
+    /// The service's own response, its body made [`inner`](Self::inner).
+    fn response(response: http::Response<B>) -> http::Response<Self::Body> {
+        response.map(Self::inner)
+    }
+
+    /// Polls the service's response future, the response made
+    /// [`response`](Self::response).
+    fn poll_response<F, E>(
+        future: Pin<&mut F>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<http::Response<Self::Body>, E>>
+    where
+        F: Future<Output = Result<http::Response<B>, E>>,
+    {
+        future.poll(cx).map_ok(Self::response)
+    }
 }
 
 /// The default [`BodyKind`]: responses carry a [`ResponseBody<B>`], which
@@ -137,6 +155,25 @@ impl<B: From<Bytes>> BodyKind<B> for SameBody {
 
     fn inner(body: B) -> B {
         body
+    }
+
+    /// The response as it is: `Response::map` with the identity would
+    /// take it apart and build it again (code each admitted request runs).
+    fn response(response: http::Response<B>) -> http::Response<B> {
+        response
+    }
+
+    /// The service's poll itself: its answer is already of this type, and
+    /// is written straight where the caller wants it rather than copied
+    /// from the service's poll into the layer's.
+    fn poll_response<F, E>(
+        future: Pin<&mut F>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<http::Response<B>, E>>
+    where
+        F: Future<Output = Result<http::Response<B>, E>>,
+    {
+        future.poll(cx)
     }
 
     fn full(data: Bytes) -> B {

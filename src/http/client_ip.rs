@@ -78,12 +78,27 @@ const MAX_HOPS: usize = 32;
 /// assert_eq!(client_ip.key("2001:db8:1:2:3:4:5:6".parse()?), "2001:db8:1:2::/64");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientIp {
     trusted: Vec<Cidr>,
+    /// `trusted` by family, as (network, mask) words: a peer is tested
+    /// with one AND and one compare per range of its own family.
+    trusted_v4: Vec<(u32, u32)>,
+    trusted_v6: Vec<(u128, u128)>,
     header: ForwardedHeader,
     v4_prefix: u8,
     v6_prefix: u8,
+}
+
+impl std::fmt::Debug for ClientIp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIp")
+            .field("trusted", &self.trusted)
+            .field("header", &self.header)
+            .field("v4_prefix", &self.v4_prefix)
+            .field("v6_prefix", &self.v6_prefix)
+            .finish()
+    }
 }
 
 impl Default for ClientIp {
@@ -97,6 +112,8 @@ impl ClientIp {
     pub fn new() -> ClientIp {
         ClientIp {
             trusted: Vec::new(),
+            trusted_v4: Vec::new(),
+            trusted_v6: Vec::new(),
             header: ForwardedHeader::default(),
             v4_prefix: 32,
             v6_prefix: 64,
@@ -114,7 +131,7 @@ impl ClientIp {
         S: AsRef<str>,
     {
         for range in ranges {
-            self.trusted.push(range.as_ref().parse()?);
+            self = self.trust(range.as_ref().parse()?);
         }
         Ok(self)
     }
@@ -122,6 +139,21 @@ impl ClientIp {
     /// Trusts the proxies in `range`.
     pub fn trust(mut self, range: Cidr) -> ClientIp {
         self.trusted.push(range);
+        // `Cidr` keeps its address masked to its prefix.
+        match range.addr() {
+            IpAddr::V4(net) => {
+                let keep = u32::MAX
+                    .checked_shl(32 - u32::from(range.prefix()))
+                    .unwrap_or(0);
+                self.trusted_v4.push((u32::from(net), keep));
+            }
+            IpAddr::V6(net) => {
+                let keep = u128::MAX
+                    .checked_shl(128 - u32::from(range.prefix()))
+                    .unwrap_or(0);
+                self.trusted_v6.push((u128::from(net), keep));
+            }
+        }
         self
     }
 
@@ -148,13 +180,28 @@ impl ClientIp {
 
     /// Whether `ip` is a trusted proxy.
     pub fn is_trusted(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|range| range.contains(ip))
+        self.trusts(ip.to_canonical())
+    }
+
+    /// [`is_trusted`](Self::is_trusted) for an address already canonical
+    /// (an IPv4-mapped IPv6 address written as IPv4).
+    fn trusts(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(ip) => {
+                let ip = u32::from(ip);
+                self.trusted_v4.iter().any(|&(net, keep)| ip & keep == net)
+            }
+            IpAddr::V6(ip) => {
+                let ip = u128::from(ip);
+                self.trusted_v6.iter().any(|&(net, keep)| ip & keep == net)
+            }
+        }
     }
 
     /// The client's address for a request from `peer` with `headers`.
     pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let peer = peer.to_canonical();
-        if !self.is_trusted(peer) {
+        if !self.trusts(peer) {
             return peer;
         }
         let mut last_trusted = peer;
@@ -181,7 +228,7 @@ impl ClientIp {
                     _ => parse_addr(entry),
                 };
                 match parsed {
-                    Some(ip) if !self.is_trusted(ip) => return ip,
+                    Some(ip) if !self.trusts(ip) => return ip,
                     Some(ip) => last_trusted = ip,
                     None => return last_trusted,
                 }
@@ -269,6 +316,74 @@ mod tests {
     }
 
     fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn trusted_ranges_by_family_decide_as_the_ranges() {
+        let ranges = [
+            "10.0.0.0/8",
+            "192.168.1.7",
+            "0.0.0.0/0",
+            "172.16.0.0/12",
+            "2001:db8::/32",
+            "::1",
+            "::/0",
+            "fe80::/10",
+            "2001:db8:1:2::/64",
+        ];
+        let mut ips = vec![
+            ip("10.0.0.1"),
+            ip("11.0.0.1"),
+            ip("192.168.1.7"),
+            ip("192.168.1.8"),
+            ip("172.31.255.255"),
+            ip("172.32.0.0"),
+            ip("::ffff:10.1.2.3"),
+            ip("::ffff:192.168.1.7"),
+            ip("::1"),
+            ip("::2"),
+            ip("2001:db8:1:2::9"),
+            ip("2001:db8:1:3::9"),
+            ip("2001:db9::1"),
+            ip("fe80::1"),
+            ip("fec0::1"),
+        ];
+        // Every bit of an IPv4 and an IPv6 address flipped in turn.
+        for bit in 0..32 {
+            ips.push(IpAddr::V4(
+                (u32::from_be_bytes([10, 0, 0, 1]) ^ 1 << bit).into(),
+            ));
+        }
+        for bit in 0..128 {
+            ips.push(IpAddr::V6(
+                (u128::from(ip_v6("2001:db8:1:2::9")) ^ 1 << bit).into(),
+            ));
+        }
+        for range in ranges {
+            let cidr: Cidr = range.parse().unwrap();
+            let client_ip = ClientIp::new().trust_proxies([range]).unwrap();
+            for &address in &ips {
+                assert_eq!(
+                    client_ip.is_trusted(address),
+                    cidr.contains(address),
+                    "{address} in {range}"
+                );
+            }
+        }
+        // Several ranges: trusted by any of them.
+        let client_ip = ClientIp::new()
+            .trust_proxies(ranges[..2].iter().chain(&ranges[4..6]))
+            .unwrap();
+        for &address in &ips {
+            let any = [0, 1, 4, 5]
+                .iter()
+                .any(|&i| ranges[i].parse::<Cidr>().unwrap().contains(address));
+            assert_eq!(client_ip.is_trusted(address), any, "{address}");
+        }
+    }
+
+    fn ip_v6(s: &str) -> std::net::Ipv6Addr {
         s.parse().unwrap()
     }
 

@@ -30,14 +30,22 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, S, ReqBody> {
-        /// The service is answering; `fields`, when there are any to
-        /// write, become headers (the report boxed: a report is a few
-        /// hundred bytes that every admitted request would otherwise carry
-        /// in its future, and copy at each move, without one).
+        /// The service is answering, and nothing is to be written into
+        /// its response (the common admission): its response is returned
+        /// as it comes (with `SameBody`, without a copy), and dropping
+        /// this state drops the service's future alone.
         Serving {
             #[pin]
             future: F,
-            fields: Option<Fields>,
+        },
+        /// The service is answering; `fields` become headers (the report
+        /// boxed: a report is a few hundred bytes that every admitted
+        /// request would otherwise carry in its future, and copy at each
+        /// move, without one).
+        Reporting {
+            #[pin]
+            future: F,
+            fields: Fields,
         },
         /// The layer answered (429, no key); taken once.
         Answered {
@@ -70,12 +78,22 @@ struct Fields {
     config: Arc<Config>,
 }
 
-impl Fields {
-    fn new(report: Option<Box<Report>>, config: &Arc<Config>) -> Option<Fields> {
-        report.map(|report| Fields {
-            report,
-            config: Arc::clone(config),
-        })
+/// The state that serves the service's `future`, with `report`'s fields
+/// to write when there is one.
+fn serve<F, S, ReqBody>(
+    future: F,
+    report: Option<Box<Report>>,
+    config: &Arc<Config>,
+) -> State<F, S, ReqBody> {
+    match report {
+        None => State::Serving { future },
+        Some(report) => State::Reporting {
+            future,
+            fields: Fields {
+                report,
+                config: Arc::clone(config),
+            },
+        },
     }
 }
 
@@ -89,10 +107,7 @@ where
         config: &Arc<Config>,
     ) -> Self {
         ResponseFuture {
-            state: State::Serving {
-                future,
-                fields: Fields::new(report, config),
-            },
+            state: serve(future, report, config),
             kind: PhantomData,
         }
     }
@@ -137,11 +152,11 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Serving { future, fields } => {
-                    return future.poll(cx).map_ok(|response| match fields {
-                        Some(fields) => fields.config.finish::<_, K>(response, &fields.report),
-                        None => response.map(K::inner),
-                    });
+                StateProj::Serving { future } => return K::poll_response(future, cx),
+                StateProj::Reporting { future, fields } => {
+                    return future
+                        .poll(cx)
+                        .map_ok(|response| fields.config.finish::<_, K>(response, &fields.report));
                 }
                 StateProj::Answered { response } => {
                     // Polled again after completion: an empty 500 rather
@@ -169,10 +184,7 @@ where
                         continue;
                     };
                     let next = match config.settle(verdict) {
-                        Settled::Serve(report) => State::Serving {
-                            future: service.call(request),
-                            fields: Fields::new(report, config),
-                        },
+                        Settled::Serve(report) => serve(service.call(request), report, config),
                         Settled::Answer(response) => State::Answered {
                             response: Some(response),
                         },

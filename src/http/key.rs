@@ -378,7 +378,8 @@ fn header_key<'a>(
         if !is_bearer_scheme(key) {
             return Err(invalid());
         }
-        key = key[BEARER.len()..].trim_ascii();
+        // The end was trimmed above.
+        key = key[BEARER.len()..].trim_ascii_start();
     }
     // A plain byte loop: keys are short (a token, an API key), and at
     // saturation the code a request runs costs more than its instructions

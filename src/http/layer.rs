@@ -90,7 +90,9 @@ pub(crate) enum Settled {
 }
 
 impl Config {
-    #[inline]
+    /// What to do with a request the limits decided. Out of line: the
+    /// service's call settles the common admission itself.
+    #[inline(never)]
     pub(crate) fn settle(&self, verdict: Verdict) -> Settled {
         let c = self.counters.here();
         match verdict {
@@ -160,7 +162,7 @@ impl Config {
         response: Response<B>,
         report: &Report,
     ) -> Response<K::Body> {
-        let mut response = response.map(K::inner);
+        let mut response = K::response(response);
         // A shadow-mode pass is a would-be 429: it always gets them.
         if self.headers.on_allowed || !report.allowed {
             write_headers(response.headers_mut(), report, &self.headers, false);
@@ -615,7 +617,19 @@ where
         // every response.
         let verdict = decide(&self.config.tiers, &parts, self.config.headers.on_allowed);
         let request = Request::from_parts(parts, body);
-        match self.config.settle(verdict) {
+        let settled = match verdict {
+            // The common case settled here: an admission with nothing to
+            // write, without `settle`'s frame and its match of every verdict.
+            allowed @ Verdict::Allowed => {
+                // Holds nothing: forgotten rather than handed to the
+                // verdict's drop glue (a call on each admission).
+                std::mem::forget(allowed);
+                Counters::bump(&self.config.counters.here().allowed);
+                Settled::Serve(None)
+            }
+            verdict => self.config.settle(verdict),
+        };
+        match settled {
             Settled::Serve(report) => {
                 let future = self.inner.call(request);
                 ResponseFuture::serving(future, report, &self.config)
