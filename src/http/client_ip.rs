@@ -199,18 +199,26 @@ impl ClientIp {
     }
 
     /// The client's address for a request from `peer` with `headers`.
+    ///
+    /// Inlined where the layer takes a key: a peer that is no trusted
+    /// proxy, or one that sent no forwarding header, is answered without
+    /// a call; the header's walk is out of line.
+    #[inline]
     pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let peer = peer.to_canonical();
-        if !self.trusts(peer) {
-            return peer;
-        }
-        let mut last_trusted = peer;
         // Most requests a trusted proxy sends on have the header, but
         // one that lacks it is told by comparing names, without hashing
         // the name (see `first_value`).
-        if !has_header(headers, self.header.name()) {
-            return last_trusted;
+        if !self.trusts(peer) || !has_header(headers, self.header.name()) {
+            return peer;
         }
+        self.walk(peer, headers)
+    }
+
+    /// The forwarding header's walk, from `peer` (canonical, trusted).
+    #[inline(never)]
+    fn walk(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let mut last_trusted = peer;
         let mut hops = 0;
         // Later header lines were appended later (nearer to us): walk the
         // lines from the last, and each line's entries from the right.
@@ -247,8 +255,20 @@ impl ClientIp {
 
     /// [`key`](Self::key) without an allocation for a whole IPv4 address
     /// (the common case).
+    #[inline]
     pub(crate) fn key_of(&self, ip: IpAddr) -> Key<'static> {
-        let ip = ip.to_canonical();
+        match ip.to_canonical() {
+            // Written on the stack, without the formatting machinery.
+            IpAddr::V4(v4) if self.v4_prefix >= 32 => Key::Inline(Ipv4Text::new(v4)),
+            ip => self.grouped_key(ip),
+        }
+    }
+
+    /// [`key_of`](Self::key_of) for an IPv6 address, or an IPv4 address
+    /// grouped by a shorter prefix: out of line, so that a whole IPv4
+    /// address's key is taken without a call.
+    #[inline(never)]
+    fn grouped_key(&self, ip: IpAddr) -> Key<'static> {
         let prefix = if ip.is_ipv4() {
             self.v4_prefix
         } else {
@@ -256,7 +276,6 @@ impl ClientIp {
         };
         let full = if ip.is_ipv4() { 32 } else { 128 };
         match ip {
-            // Written on the stack, without the formatting machinery.
             IpAddr::V4(v4) if prefix >= full => Key::Inline(Ipv4Text::new(v4)),
             _ if prefix >= full => Key::Owned(ip.to_string()),
             _ => Key::Owned(format!("{}/{prefix}", mask(ip, prefix))),
