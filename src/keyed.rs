@@ -509,19 +509,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // Looked up as `check_n` does, the clock read once the state is
-        // found.
-        if let Some(state) = self.map.get(key) {
-            let now = self.clock.now();
-            let result = match self.algorithm.peek(&state, now, cost) {
-                Ok(peek) if commit(&peek) => self.algorithm.check(&state, now, cost),
-                peek => peek,
-            };
-            drop(state);
-            self.maybe_auto_sweep(now);
-            return result;
-        }
-        self.peek_then_check_absent(key, cost, commit)
+        self.check_or_peek_then_check(key, cost, Some(commit))
     }
 
     /// [`check_n`](Self::check_n) without `commit`, else
@@ -532,7 +520,6 @@ where
     /// per request, and the two, inlined apart, were two copies of the
     /// lookup and the check: a request with two rules ran both. Out of
     /// line, so that it stays one copy.
-    #[cfg(feature = "tower")]
     #[inline(never)]
     pub(crate) fn check_or_peek_then_check<Q>(
         &self,
@@ -544,8 +531,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // As `check_n` and `peek_then_check_n` do: the clock read once the
-        // state is found.
+        // Looked up as `check_n` does, the clock read once the state is
+        // found.
         if let Some(state) = self.map.get(key) {
             let now = self.clock.now();
             // The peek's decision when it is the answer (no commit), else
