@@ -617,19 +617,16 @@ where
         // every response.
         let verdict = decide(&self.config.tiers, &parts, self.config.headers.on_allowed);
         let request = Request::from_parts(parts, body);
-        let settled = match verdict {
-            // The common case settled here: an admission with nothing to
-            // write, without `settle`'s frame and its match of every verdict.
-            allowed @ Verdict::Allowed => {
-                // Holds nothing: forgotten rather than handed to the
-                // verdict's drop glue (a call on each admission).
-                std::mem::forget(allowed);
-                Counters::bump(&self.config.counters.here().allowed);
-                Settled::Serve(None)
-            }
-            verdict => self.config.settle(verdict),
-        };
-        match settled {
+        // The common case served here: an admission with nothing to write,
+        // without `settle`'s frame and its match of every verdict.
+        if matches!(verdict, Verdict::Allowed) {
+            // Holds nothing: forgotten rather than handed to the verdict's
+            // drop glue (a call on each admission).
+            std::mem::forget(verdict);
+            Counters::bump(&self.config.counters.here().allowed);
+            return ResponseFuture::serving(self.inner.call(request), None, &self.config);
+        }
+        match self.config.settle(verdict) {
             Settled::Serve(report) => {
                 let future = self.inner.call(request);
                 ResponseFuture::serving(future, report, &self.config)
