@@ -509,7 +509,19 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_or_peek_then_check(key, cost, Some(commit))
+        // Looked up as `check_n` does, the clock read once the state is
+        // found.
+        if let Some(state) = self.map.get(key) {
+            let now = self.clock.now();
+            let result = match self.algorithm.peek(&state, now, cost) {
+                Ok(peek) if commit(&peek) => self.algorithm.check(&state, now, cost),
+                peek => peek,
+            };
+            drop(state);
+            self.maybe_auto_sweep(now);
+            return result;
+        }
+        self.peek_then_check_absent(key, cost, commit)
     }
 
     /// [`check_n`](Self::check_n) without `commit`, else
@@ -520,6 +532,7 @@ where
     /// per request, and the two, inlined apart, were two copies of the
     /// lookup and the check: a request with two rules ran both. Out of
     /// line, so that it stays one copy.
+    #[cfg(feature = "tower")]
     #[inline(never)]
     pub(crate) fn check_or_peek_then_check<Q>(
         &self,
@@ -531,8 +544,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // Looked up as `check_n` does, the clock read once the state is
-        // found.
+        // As `check_n` and `peek_then_check_n` do: the clock read once the
+        // state is found.
         if let Some(state) = self.map.get(key) {
             let now = self.clock.now();
             // The peek's decision when it is the answer (no commit), else

@@ -908,7 +908,7 @@ mod tests {
     use super::*;
 
     /// The keyed limiter's `Backend` methods (one body for the check and
-    /// the peek-then-check) against its own `check_n` and `peek_n`, on two
+    /// the peek-then-check) against its own inherent ones, on two
     /// limiters driven with the same (time, key, cost, operation)
     /// sequences; a key cap of two sends the third key to the overflow
     /// state, so that new keys and the overflow path are taken too.
@@ -943,15 +943,9 @@ mod tests {
                             seen = Some(*peek);
                             commit
                         }),
-                        // The reference: a peek, then a check if committed
-                        // (one thread, one instant: as one lookup decides).
-                        own.peek_n(key.as_str(), cost).and_then(|peek| {
-                            own_seen = Some(peek);
-                            if commit {
-                                own.check_n(key.as_str(), cost)
-                            } else {
-                                Ok(peek)
-                            }
+                        own.peek_then_check_n(key.as_str(), cost, &mut |peek| {
+                            own_seen = Some(*peek);
+                            commit
                         }),
                     )
                 }
