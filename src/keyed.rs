@@ -524,50 +524,6 @@ where
         self.peek_then_check_absent(key, cost, commit)
     }
 
-    /// [`check_n`](Self::check_n) without `commit`, else
-    /// [`peek_then_check_n`](Self::peek_then_check_n): one body for both,
-    /// for the HTTP layer, whose one-rule requests check and whose
-    /// several-rule requests peek then check (and check the last rule).
-    /// Under load a server fetches each line of code a request runs again
-    /// per request, and the two, inlined apart, were two copies of the
-    /// lookup and the check: a request with two rules ran both. Out of
-    /// line, so that it stays one copy.
-    #[cfg(feature = "tower")]
-    #[inline(never)]
-    pub(crate) fn check_or_peek_then_check<Q>(
-        &self,
-        key: &Q,
-        cost: u32,
-        commit: Option<&mut dyn FnMut(&Decision) -> bool>,
-    ) -> Result<Decision, CheckError>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        // As `check_n` and `peek_then_check_n` do: the clock read once the
-        // state is found.
-        if let Some(state) = self.map.get(key) {
-            let now = self.clock.now();
-            // The peek's decision when it is the answer (no commit), else
-            // `None`: the check then runs at one site for both callers.
-            let peeked = commit.and_then(|commit| match self.algorithm.peek(&state, now, cost) {
-                Ok(peek) if commit(&peek) => None,
-                peek => Some(peek),
-            });
-            let result = match peeked {
-                None => self.algorithm.check(&state, now, cost),
-                Some(peek) => peek,
-            };
-            drop(state);
-            self.maybe_auto_sweep(now);
-            return result;
-        }
-        match commit {
-            None => self.check_absent(key, cost),
-            Some(commit) => self.peek_then_check_absent(key, cost, commit),
-        }
-    }
-
     /// [`peek_then_check_n`](Self::peek_then_check_n) of a key the map did
     /// not hold a moment ago; out of line, so that the known key's path
     /// spans fewer cache lines of code.
