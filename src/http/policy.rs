@@ -906,6 +906,78 @@ impl Tier {
 mod tests {
     use super::*;
 
+    /// The keyed limiter's `Backend` methods (the check, and the
+    /// peek-then-check that the layer's rules checked together run on one
+    /// lookup) against its own `check_n` and `peek_n`, on two
+    /// limiters driven with the same (time, key, cost, operation)
+    /// sequences; a key cap of two sends the third key to the overflow
+    /// state, so that new keys and the overflow path are taken too.
+    fn backend_decides_as_the_limiter<A: Algorithm>(
+        steps: &[(u64, u8, u32, u8)],
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        use crate::ManualClock;
+        use std::time::Duration;
+        let limiter = |clock: &ManualClock| {
+            KeyedRateLimiter::<String, A>::builder(Quota::per_second(3).unwrap().burst(4).unwrap())
+                .clock(clock.clone())
+                .max_keys(2)
+                .build()
+                .unwrap()
+        };
+        let (clock, own_clock) = (ManualClock::new(), ManualClock::new());
+        let (backend, own) = (limiter(&clock), limiter(&own_clock));
+        for &(advance_ms, key, cost, op) in steps {
+            clock.advance(Duration::from_millis(advance_ms));
+            own_clock.advance(Duration::from_millis(advance_ms));
+            let key = format!("k{key}");
+            let (mut seen, mut own_seen) = (None, None);
+            let (got, want) = match op {
+                0 => (
+                    Backend::check_n(&backend, &key, cost),
+                    own.check_n(key.as_str(), cost),
+                ),
+                _ => {
+                    let commit = op == 1;
+                    (
+                        Backend::peek_then_check_n(&backend, &key, cost, &mut |peek| {
+                            seen = Some(*peek);
+                            commit
+                        }),
+                        // The reference: a peek, then a check if committed
+                        // (one thread, one instant: as one lookup decides).
+                        own.peek_n(key.as_str(), cost).and_then(|peek| {
+                            own_seen = Some(peek);
+                            if commit {
+                                own.check_n(key.as_str(), cost)
+                            } else {
+                                Ok(peek)
+                            }
+                        }),
+                    )
+                }
+            };
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(seen, own_seen);
+            proptest::prop_assert_eq!(backend.len(), own.len());
+            proptest::prop_assert_eq!(
+                Backend::peek_n(&backend, &key, 1),
+                own.peek_n(key.as_str(), 1)
+            );
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_keyed_backend_decides_as_the_keyed_limiter(
+            steps in proptest::collection::vec((0u64..700, 0u8..3, 0u32..6, 0u8..3), 1..60),
+        ) {
+            backend_decides_as_the_limiter::<crate::TokenBucket>(&steps)?;
+            backend_decides_as_the_limiter::<crate::LeakyBucket>(&steps)?;
+            backend_decides_as_the_limiter::<crate::SlidingWindowLog>(&steps)?;
+        }
+    }
+
     fn head(method: Method, uri: &str) -> Parts {
         let (parts, ()) = http::Request::builder()
             .method(method)
