@@ -353,7 +353,7 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// # Cost
 ///
 /// With in-memory limiters and the default (fields on 429s only) the layer
-/// adds about 1,190 instructions per request with one rule and 1,600 with
+/// adds about 1,070 instructions per request with one rule and 1,520 with
 /// two rules checked all or nothing (each limit looked up once; for up to
 /// four rules an admission without the fields allocates nothing, and one
 /// that carries them, or a 429, allocates its report and the header
@@ -363,12 +363,12 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// --release --example axum_load --features axum -- in-process 20000
 /// one|two` (a service that answers at once). Through axum's `Router`,
 /// wrapped around it (`RateLimitLayer::around`, feature `axum`) the example's
-/// layer adds about 1,080 with one rule; added with `Router::layer`,
-/// which puts a copy in each route, about 1,960 (phases `router-outer`,
+/// layer adds about 900 with one rule; added with `Router::layer`,
+/// which puts a copy in each route, about 1,870 (phases `router-outer`,
 /// `router-layer`). At saturation a server runs more code per request
 /// than the core's instruction cache holds, and the layer's cost there
-/// follows the lines of code its path runs (about 110 over the bare
-/// server's with one rule, 135 with two; `scripts/hot-lines.sh`) as well
+/// follows the lines of code its path runs (about 100 over the bare
+/// server's with one rule, 130 with two; `scripts/hot-lines.sh`) as well
 /// as its instructions. With
 /// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) the
 /// six fields on every response raise one rule to about 6,100 and two to
