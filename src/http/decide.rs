@@ -183,29 +183,41 @@ pub(crate) enum Verdict {
 /// carries the rate-limit fields); otherwise [`Verdict::Allowed`], without
 /// the per-rule states a report builds.
 pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Verdict {
+    let mut custom_error = None;
     for tier in tiers {
-        if let Some(key) = tier.key.find_key(parts) {
+        if let Some(key) = tier.key.find_key(parts, &mut custom_error) {
             return decide_tier(tier, key, parts, report_allowed);
         }
     }
-    no_key(tiers, parts, report_allowed)
+    no_key(tiers, parts, custom_error, report_allowed)
 }
 
-/// No tier found a key: the last tier's error, taken again with its
-/// reason (tiers run from the most specific, a token, to the fallback,
-/// the client IP, whose failure says the most). Rare, and out of the
-/// decision's way. A key function of the application's own is called a
-/// second time here; should it find a key this time, the request is
-/// decided with it.
+/// No tier found a key: the last tier's error (tiers run from the most
+/// specific, a token, to the fallback, the client IP, whose failure says
+/// the most). Rare, and out of the decision's way. A built-in extractor
+/// is asked again for its reason (it depends on the request alone); a
+/// key function of the application's own is not called twice: its error
+/// was kept (`custom_error`, the last such tier's, which is the last
+/// tier's when that tier is one).
 #[cold]
 #[inline(never)]
-fn no_key(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Verdict {
+fn no_key(
+    tiers: &[Tier],
+    parts: &Parts,
+    custom_error: Option<KeyError>,
+    report_allowed: bool,
+) -> Verdict {
     let Some(tier) = tiers.last() else {
         return Verdict::Unlimited;
     };
-    match tier.key.extract_key(parts) {
-        Ok(key) => decide_tier(tier, key, parts, report_allowed),
-        Err(error) => Verdict::NoKey(error),
+    match custom_error {
+        Some(error) if tier.key.is_custom() => Verdict::NoKey(error),
+        _ => match tier.key.extract_key(parts) {
+            Err(error) => Verdict::NoKey(error),
+            // A built-in extractor that found no key a moment ago finds
+            // none now; should one ever, the request is decided with it.
+            Ok(key) => decide_tier(tier, key, parts, report_allowed),
+        },
     }
 }
 
@@ -485,4 +497,62 @@ fn report_all(
 
 fn retry_after_secs(decision: &Decision) -> Option<u64> {
     (!decision.is_allowed()).then(|| decision.retry_after_secs())
+}
+
+#[cfg(all(test, not(rategate_loom)))]
+mod tests {
+    use super::*;
+    use crate::http::KeyExtractor;
+    use crate::{KeyedRateLimiter, TokenBucket};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn counting(calls: &Arc<AtomicUsize>) -> KeyExtractor {
+        let calls = Arc::clone(calls);
+        KeyExtractor::try_from_fn(move |_| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            Err(KeyError::Custom("no user".to_string()))
+        })
+    }
+
+    fn tier(name: &str, key: KeyExtractor) -> Tier {
+        let limiter =
+            KeyedRateLimiter::<String, TokenBucket>::builder(Quota::per_second(5).unwrap())
+                .build()
+                .unwrap();
+        Tier::new(name, key).rule(Rule::new("r", Arc::new(limiter)))
+    }
+
+    #[test]
+    fn no_key_is_the_last_tiers_error_and_each_key_function_runs_once() {
+        let (parts, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+        let no_key = |verdict: Verdict| match verdict {
+            Verdict::NoKey(error) => error,
+            _ => panic!("a verdict other than NoKey"),
+        };
+        // A key function last: its own error, from its only call.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = [
+            tier("signed-in", KeyExtractor::bearer_token()),
+            tier("users", counting(&calls)),
+        ];
+        assert_eq!(
+            no_key(decide(&tiers, &parts, false)),
+            KeyError::Custom("no user".to_string())
+        );
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        // A key function first, a built-in extractor last: the built-in's
+        // error; the function still runs once.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let tiers = [
+            tier("users", counting(&calls)),
+            tier("signed-in", KeyExtractor::bearer_token()),
+        ];
+        assert_eq!(
+            no_key(decide(&tiers, &parts, false)),
+            KeyError::MissingHeader(http::header::AUTHORIZATION)
+        );
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        // No tier: unlimited.
+        assert!(matches!(decide(&[], &parts, false), Verdict::Unlimited));
+    }
 }

@@ -216,7 +216,14 @@ impl KeyExtractor {
     /// last one's error, if every tier fails; the error a signed-in tier
     /// finds on each anonymous request (the header's name cloned into it,
     /// then dropped) is code each such request would run for nothing.
-    pub(crate) fn find_key<'a>(&self, parts: &'a Parts) -> Option<Key<'a>> {
+    /// A key function of the application's own is called once: its error
+    /// goes to `custom_error` (the built-in extractors give the same
+    /// error when asked again; a function might not).
+    pub(crate) fn find_key<'a>(
+        &self,
+        parts: &'a Parts,
+        custom_error: &mut Option<KeyError>,
+    ) -> Option<Key<'a>> {
         match &self.kind {
             Kind::Ip(client_ip) => {
                 let peer = peer_addr(parts)?;
@@ -230,8 +237,19 @@ impl KeyExtractor {
                 .ok()
                 .map(Key::Borrowed),
             Kind::Global => Some(Key::Borrowed("global")),
-            Kind::Custom(f) => f(parts).ok().map(Key::Owned),
+            Kind::Custom(f) => match f(parts) {
+                Ok(key) => Some(Key::Owned(key)),
+                Err(error) => {
+                    *custom_error = Some(error);
+                    None
+                }
+            },
         }
+    }
+
+    /// Whether the key comes from a function of the application's own.
+    pub(crate) fn is_custom(&self) -> bool {
+        matches!(self.kind, Kind::Custom(_))
     }
 }
 
@@ -615,11 +633,17 @@ mod tests {
         ];
         for extractor in &extractors {
             for request in &requests {
+                let mut custom_error = None;
+                let found = extractor.find_key(request, &mut custom_error);
+                let extracted = extractor.extract(request);
                 assert_eq!(
-                    extractor.find_key(request).map(Key::into_owned),
-                    extractor.extract(request).ok(),
+                    found.map(Key::into_owned),
+                    extracted.clone().ok(),
                     "{extractor:?}"
                 );
+                // A key function's error is kept (it is not asked twice).
+                let kept = extracted.err().filter(|_| extractor.is_custom());
+                assert_eq!(custom_error, kept, "{extractor:?}");
             }
         }
     }
