@@ -78,27 +78,12 @@ const MAX_HOPS: usize = 32;
 /// assert_eq!(client_ip.key("2001:db8:1:2:3:4:5:6".parse()?), "2001:db8:1:2::/64");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ClientIp {
     trusted: Vec<Cidr>,
-    /// `trusted` by family, as (network, mask) words: a peer is tested
-    /// with one AND and one compare per range of its own family.
-    trusted_v4: Vec<(u32, u32)>,
-    trusted_v6: Vec<(u128, u128)>,
     header: ForwardedHeader,
     v4_prefix: u8,
     v6_prefix: u8,
-}
-
-impl std::fmt::Debug for ClientIp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientIp")
-            .field("trusted", &self.trusted)
-            .field("header", &self.header)
-            .field("v4_prefix", &self.v4_prefix)
-            .field("v6_prefix", &self.v6_prefix)
-            .finish()
-    }
 }
 
 impl Default for ClientIp {
@@ -112,8 +97,6 @@ impl ClientIp {
     pub fn new() -> ClientIp {
         ClientIp {
             trusted: Vec::new(),
-            trusted_v4: Vec::new(),
-            trusted_v6: Vec::new(),
             header: ForwardedHeader::default(),
             v4_prefix: 32,
             v6_prefix: 64,
@@ -139,21 +122,6 @@ impl ClientIp {
     /// Trusts the proxies in `range`.
     pub fn trust(mut self, range: Cidr) -> ClientIp {
         self.trusted.push(range);
-        // `Cidr` keeps its address masked to its prefix.
-        match range.addr() {
-            IpAddr::V4(net) => {
-                let keep = u32::MAX
-                    .checked_shl(32 - u32::from(range.prefix()))
-                    .unwrap_or(0);
-                self.trusted_v4.push((u32::from(net), keep));
-            }
-            IpAddr::V6(net) => {
-                let keep = u128::MAX
-                    .checked_shl(128 - u32::from(range.prefix()))
-                    .unwrap_or(0);
-                self.trusted_v6.push((u128::from(net), keep));
-            }
-        }
         self
     }
 
@@ -186,16 +154,9 @@ impl ClientIp {
     /// [`is_trusted`](Self::is_trusted) for an address already canonical
     /// (an IPv4-mapped IPv6 address written as IPv4).
     fn trusts(&self, ip: IpAddr) -> bool {
-        match ip {
-            IpAddr::V4(ip) => {
-                let ip = u32::from(ip);
-                self.trusted_v4.iter().any(|&(net, keep)| ip & keep == net)
-            }
-            IpAddr::V6(ip) => {
-                let ip = u128::from(ip);
-                self.trusted_v6.iter().any(|&(net, keep)| ip & keep == net)
-            }
-        }
+        self.trusted
+            .iter()
+            .any(|range| range.contains_canonical(ip))
     }
 
     /// The client's address for a request from `peer` with `headers`.

@@ -385,7 +385,6 @@ fn header_key<'a>(
     bearer: bool,
     max_len: usize,
 ) -> Result<&'a str, HeaderProblem> {
-    let invalid = || HeaderProblem::Invalid;
     // The first value only: a client that repeats the header gets no say
     // over which one counts.
     let value = first_value(&parts.headers, name).ok_or(HeaderProblem::Missing)?;
@@ -394,7 +393,7 @@ fn header_key<'a>(
         // RFC 6750: `Bearer` is case-insensitive, followed by one or more
         // spaces.
         if !is_bearer_scheme(key) {
-            return Err(invalid());
+            return Err(HeaderProblem::Invalid);
         }
         // The end was trimmed above.
         key = key[BEARER.len()..].trim_ascii_start();
@@ -405,7 +404,7 @@ fn header_key<'a>(
     // vectorized count this replaced, with its scalar tails, cost more
     // than it saved.
     if key.is_empty() || key.len() > max_len || !key.iter().all(u8::is_ascii_graphic) {
-        return Err(invalid());
+        return Err(HeaderProblem::Invalid);
     }
     // SAFETY: every byte of `key` was just checked to be visible ASCII, so
     // it is valid UTF-8 (`from_utf8` would check it a second time on every
