@@ -15,6 +15,10 @@
 # `outer-tower-governor`); the layered server thread is told from the
 # bare one by the layer's functions. Needs valgrind (apt-get install
 # valgrind). About a minute per kind of request.
+#
+# MEASURE=icache in the environment measures the simulated L1
+# instruction-cache misses per request instead (callgrind's cache
+# simulation; scripts/icache_misses.py), as scripts/icache-misses.sh does.
 set -euo pipefail
 command -v valgrind >/dev/null || { echo "valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
 bin=""
@@ -31,6 +35,11 @@ case "$control" in
   *tower-governor) layer=governor ;;
   *) layer=rategate ;;
 esac
+case "${MEASURE:-lines}" in
+  lines) options=(--dump-instr=yes --compress-pos=no) ;;
+  icache) options=(--cache-sim=yes --branch-sim=yes) ;;
+  *) echo "MEASURE=$MEASURE: lines or icache" >&2; exit 1 ;;
+esac
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for kind in 0 1; do
@@ -38,7 +47,7 @@ for kind in 0 1; do
   # The example's exit status under valgrind is not the measure's: the
   # round's line is.
   TOGETHER=1 TOGETHER_KIND=$kind SERVER_WORKERS=1 CLIENT=raw \
-    valgrind --tool=callgrind --dump-instr=yes --compress-pos=no --compress-strings=no \
+    valgrind --tool=callgrind "${options[@]}" --compress-strings=no \
     --separate-threads=yes --callgrind-out-file="$dir/k$kind" \
     "$bin" 6 32 1 default 200 "$control" >"$dir/out$kind" 2>/dev/null || true
   out=$(grep '^round 1:' "$dir/out$kind") || { echo "no round in the output: $(cat "$dir/out$kind")" >&2; exit 1; }
@@ -46,5 +55,9 @@ for kind in 0 1; do
   counts=$(echo "$out" | sed -E 's/.*\(([0-9]+)\/([0-9]+) requests\).*/\1 \2/')
   read -r bare layered <<<"$counts"
   echo "== $label, control $control: $bare bare and $layered layered requests under callgrind"
-  python3 scripts/hot_lines.py "$dir/k$kind" "$bare" "$layered" "$layer"
+  if [ "${MEASURE:-lines}" = icache ]; then
+    python3 scripts/icache_misses.py "$dir/k$kind" "$bare" "$layered"
+  else
+    python3 scripts/hot_lines.py "$dir/k$kind" "$bare" "$layered" "$layer"
+  fi
 done

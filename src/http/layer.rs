@@ -368,8 +368,11 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// `router-layer`). At saturation a server runs more code per request
 /// than the core's instruction cache holds, and the layer's cost there
 /// follows the lines of code its path runs (about 100 over the bare
-/// server's with one rule, 130 with two; `scripts/hot-lines.sh`) as well
-/// as its instructions. With
+/// server's with one rule, 130 with two; `scripts/hot-lines.sh`) and the
+/// instruction-cache misses they cause, its own and those of the server
+/// code it evicts (about 190 and 260 per request over the bare server's,
+/// simulated by `scripts/icache-misses.sh`), more than its instructions.
+/// With
 /// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) the
 /// six fields on every response raise one rule to about 6,100 and two to
 /// 7,800, most of that the `http` crate's `HeaderMap` inserts (one buffer
