@@ -37,7 +37,7 @@ case "$control" in
 esac
 case "${MEASURE:-lines}" in
   lines) options=(--dump-instr=yes --compress-pos=no) ;;
-  icache) options=(--cache-sim=yes --branch-sim=yes) ;;
+  icache) options=(--cache-sim=yes --branch-sim=yes --compress-pos=no) ;;
   *) echo "MEASURE=$MEASURE: lines or icache" >&2; exit 1 ;;
 esac
 dir=$(mktemp -d)
@@ -56,7 +56,7 @@ for kind in 0 1; do
   read -r bare layered <<<"$counts"
   echo "== $label, control $control: $bare bare and $layered layered requests under callgrind"
   if [ "${MEASURE:-lines}" = icache ]; then
-    python3 scripts/icache_misses.py "$dir/k$kind" "$bare" "$layered"
+    python3 scripts/icache_misses.py "$dir/k$kind" "$bare" "$layered" "$layer"
   else
     python3 scripts/hot_lines.py "$dir/k$kind" "$bare" "$layered" "$layer"
   fi

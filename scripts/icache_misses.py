@@ -12,12 +12,13 @@ throughput at saturation did (see the README's "HTTP servers" section).
     icache_misses.py PREFIX BARE_REQUESTS LAYERED_REQUESTS [LAYER_REGEX]
 
 PREFIX: the `--callgrind-out-file` of a run with `--cache-sim=yes
---branch-sim=yes --compress-strings=no --separate-threads=yes` (one file
-per thread). The two server threads are the files that ran hyper's
+--branch-sim=yes --compress-strings=no --compress-pos=no
+--separate-threads=yes` (one file per thread). The two server threads are the files that ran hyper's
 server code; the layered one also ran a layer's own functions. Prints,
 per request, each server's misses and the difference, the layer's own
 functions' share (LAYER_REGEX, default `rategate|governor`), and the
-server functions whose misses grew most (the code the layer evicted).
+other functions whose misses grew most (the server code the layer
+evicted).
 The simulation runs every thread on one cache, the load generator's
 too, so its absolute figures are above a real core's; compare layers,
 not against hardware.
@@ -45,12 +46,15 @@ def load(path):
                 events = text.split()[1:]
             elif text.startswith("fn="):
                 function = text[3:].strip()
+                after_call = False
             elif text.startswith("calls="):
                 # The next cost line is the call's inclusive cost.
                 after_call = True
             elif text.startswith(("summary:", "totals:")):
                 totals = [int(v) for v in text.split()[1:]]
-            elif text[:1].isdigit():
+            elif text[:1].isdigit() or text[:1] in "+-*":
+                # A cost line: its position (absolute, or relative with
+                # `--compress-pos=yes`), then the events' counts.
                 if after_call:
                     after_call = False
                     continue
@@ -80,6 +84,10 @@ def main():
     _, bare_fns, events, bare_totals = bare[0]
     _, layered_fns, _, layered_totals = layered[0]
     i1 = events.index("I1mr")
+    for fns, totals in ((bare_fns, bare_totals), (layered_fns, layered_totals)):
+        counted = sum(values[i1] for values in fns.values() if values)
+        if counted != totals[i1]:
+            sys.exit(f"the functions' misses add up to {counted}, the thread's to {totals[i1]}: a dump this parser misreads")
 
     def per_request(fns, name, requests):
         values = fns.get(name)
@@ -104,8 +112,11 @@ def main():
             d = layered_totals[k] / layered_requests - bare_totals[k] / bare_requests
             print(f"  {event} per request over bare: {d:+.1f}")
     rows.sort(key=lambda r: -abs(r[0]))
-    print("functions whose misses changed most (per request, bare -> layered):")
-    for diff, b, l, name in rows[:20]:
+    print("the layer's functions (per request):")
+    for diff, b, l, name in [r for r in rows if layer.search(r[3])][:12]:
+        print(f"  {diff:+6.1f}  {name[:110]}")
+    print("other functions whose misses changed most (per request, bare -> layered):")
+    for diff, b, l, name in [r for r in rows if not layer.search(r[3])][:15]:
         print(f"  {diff:+6.1f}  ({b:5.1f} -> {l:5.1f})  {name[:110]}")
 
 
