@@ -230,16 +230,15 @@ impl ClientIp {
     /// address's key is taken without a call.
     #[inline(never)]
     fn grouped_key(&self, ip: IpAddr) -> Key<'static> {
-        let prefix = if ip.is_ipv4() {
-            self.v4_prefix
-        } else {
-            self.v6_prefix
+        let (prefix, full) = match ip {
+            IpAddr::V4(_) => (self.v4_prefix, 32),
+            IpAddr::V6(_) => (self.v6_prefix, 128),
         };
-        let full = if ip.is_ipv4() { 32 } else { 128 };
-        match ip {
-            IpAddr::V4(v4) if prefix >= full => Key::Inline(Ipv4Text::new(v4)),
-            _ if prefix >= full => Key::Owned(ip.to_string()),
-            _ => Key::Owned(format!("{}/{prefix}", mask(ip, prefix))),
+        if prefix >= full {
+            // A whole IPv6 address (a whole IPv4 one is `key_of`'s).
+            Key::Owned(ip.to_string())
+        } else {
+            Key::Owned(format!("{}/{prefix}", mask(ip, prefix)))
         }
     }
 }
