@@ -5,6 +5,8 @@ use crate::algorithm::{Algorithm, TokenBucket};
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::limiter::never_passes;
 use crate::map::KeyMap;
+use crate::policy::{Held, StateId};
+use crate::stripes::{keyed_lock_id, mask_of};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::{CheckError, Decision, Quota, QuotaError};
 use std::borrow::Borrow;
@@ -32,6 +34,17 @@ pub enum Overflow {
 }
 
 const DEFAULT_FULL_SWEEP_INTERVAL: u64 = 1_000_000_000;
+
+/// The second half of the overflow state's [`StateId`] (the first is the
+/// limiter's address): keys in it share one state.
+const OVERFLOW_STATE: u64 = u64::MAX;
+
+/// A check outside an all-or-nothing decision passes no stripe mask, and
+/// `check_new` asks for a stripe only when given one.
+#[cold]
+fn unreachable_held() -> Decision {
+    Decision::deny(0, 0, 1, 1)
+}
 
 /// The keyed limiters' default key hasher: [foldhash]'s fast variant, seeded
 /// at random per process and per map.
@@ -348,7 +361,10 @@ where
             self.maybe_auto_sweep(now);
             return decision;
         }
-        self.check_absent(key, 1).unwrap_or_else(never_passes)
+        match self.check_absent(key, 1, None) {
+            Held::Decided(result) => result.unwrap_or_else(never_passes),
+            Held::NeedStripe(_) => unreachable_held(),
+        }
     }
 
     /// Decides one request of `cost` for `key` and records it if admitted.
@@ -379,12 +395,17 @@ where
             self.maybe_auto_sweep(now);
             return result;
         }
-        self.check_absent(key, cost)
+        match self.check_absent(key, cost, None) {
+            Held::Decided(result) => result,
+            // Without a stripe mask the overflow state is checked at once.
+            Held::NeedStripe(_) => Ok(unreachable_held()),
+        }
     }
 
     /// [`check_n`](KeyedRateLimiter::check_n) of a key the map did not hold
-    /// a moment ago.
-    fn check_absent<Q>(&self, key: &Q, cost: u32) -> Result<Decision, CheckError>
+    /// a moment ago; `held`, the stripes an all-or-nothing decision holds
+    /// (`None` outside one).
+    fn check_absent<Q>(&self, key: &Q, cost: u32, held: Option<u64>) -> Held<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -392,12 +413,14 @@ where
         // A probe of a key not held writes nothing, not even the key.
         let (result, now) = if cost == 0 {
             let now = self.clock.now();
-            (self.peek_new(now, cost), now)
+            (Held::Decided(self.peek_new(now, cost)), now)
         } else {
             // No lock is held here, so a sweep cannot deadlock on it.
-            crate::algorithm::check_cost(cost, self.algorithm.capacity())?;
+            if let Err(e) = crate::algorithm::check_cost(cost, self.algorithm.capacity()) {
+                return Held::Decided(Err(e));
+            }
             let now = self.clock.now();
-            (self.check_new(key, now, cost), now)
+            (self.check_new(key, now, cost, held), now)
         };
         self.maybe_auto_sweep(now);
         result
@@ -446,9 +469,13 @@ where
             // check under the map's read guard (dropped with the match).
             let decision = match self.map.get(key) {
                 Some(state) => self.algorithm.check_one(&state, now),
-                None => crate::algorithm::check_cost(1, self.algorithm.capacity())
-                    .and_then(|()| self.check_new(key, now, 1))
-                    .unwrap_or_else(never_passes),
+                None => match crate::algorithm::check_cost(1, self.algorithm.capacity()) {
+                    Ok(()) => match self.check_new(key, now, 1, None) {
+                        Held::Decided(result) => result.unwrap_or_else(never_passes),
+                        Held::NeedStripe(_) => unreachable_held(),
+                    },
+                    Err(e) => never_passes(e),
+                },
             };
             // As after a separate check: under a key cap, when a sweep
             // runs decides which keys find room.
@@ -490,60 +517,101 @@ where
         }
     }
 
-    /// Peeks `cost` for `key`, shows the peek to `commit`, and checks `cost`
-    /// if `commit` says so. For a key already held, at the same instant and
-    /// on one map lookup: the key's entry is held across both (no sweep
-    /// drops it in between). For a key not held, the check is a first
-    /// check at a new clock reading (the key may have been inserted by
-    /// another thread meanwhile, so it may deny what the peek admitted). Returns
-    /// the check's decision after a commit, else the peek's. `commit` runs
-    /// under the key's shard read lock: it must not touch this limiter.
-    /// A key not held is peeked as new and inserted by the check.
-    pub(crate) fn peek_then_check_n<Q>(
+    /// The all-or-nothing protocol ([`crate::policy::AllOf`], the HTTP
+    /// layer): finds `key`'s state and peeks `cost` there, while the
+    /// decision holds the stripes in `held` (always the key's own). A key
+    /// not held is inserted with a fresh state when there is room (a fresh
+    /// state decides as a key never seen does), so that the check which
+    /// may follow finds it here: the key's held stripe keeps sweeps away
+    /// from it. A key that belongs in the overflow state needs that
+    /// state's stripe too.
+    pub(crate) fn reserve_held<Q>(
         &self,
         key: &Q,
         cost: u32,
-        commit: &mut dyn FnMut(&Decision) -> bool,
-    ) -> Result<Decision, CheckError>
+        held: u64,
+    ) -> Held<(Decision, StateId)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // Looked up as `check_n` does, the clock read once the state is
-        // found.
-        if let Some(state) = self.map.get(key) {
-            let now = self.clock.now();
-            let result = match self.algorithm.peek(&state, now, cost) {
-                Ok(peek) if commit(&peek) => self.algorithm.check(&state, now, cost),
-                peek => peek,
-            };
-            drop(state);
-            self.maybe_auto_sweep(now);
-            return result;
+        let own = (crate::policy::address_of(self), keyed_lock_id(key));
+        let now = self.clock.now();
+        if let Some(result) = self
+            .map
+            .with(key, |state| self.algorithm.peek(state, now, cost))
+        {
+            return Held::Decided(result.map(|d| (d, own)));
         }
-        self.peek_then_check_absent(key, cost, commit)
+        if cost == 0 {
+            // A probe of a key not held writes nothing, not even the key.
+            return Held::Decided(self.peek_new(now, 0).map(|d| (d, own)));
+        }
+        if let Err(e) = crate::algorithm::check_cost(cost, self.algorithm.capacity()) {
+            return Held::Decided(Err(e));
+        }
+        // As `check_new`: no earlier than the latest sweep.
+        let now = now.max(self.swept_at.load(Ordering::Relaxed));
+        let peek_inserted = |key: &Q| {
+            self.map.with_or_insert_if(
+                key.to_owned(),
+                || self.reserve_slot(),
+                || self.algorithm.new_state(),
+                |state, slot| {
+                    if let Some(slot) = slot {
+                        slot.keep();
+                    }
+                    self.algorithm.peek(state, now, cost)
+                },
+            )
+        };
+        if let Some(result) = peek_inserted(key) {
+            return Held::Decided(result.map(|d| (d, own)));
+        }
+        if self.elect_full_sweep(now) {
+            self.sweep_at(now);
+            if let Some(result) = peek_inserted(key) {
+                return Held::Decided(result.map(|d| (d, own)));
+            }
+        }
+        let overflow = (crate::policy::address_of(self), OVERFLOW_STATE);
+        match self.overflow {
+            Overflow::Shared if held & mask_of(self.overflow_lock_id()) == 0 => {
+                Held::NeedStripe(self.overflow_lock_id())
+            }
+            Overflow::Shared => Held::Decided(
+                self.algorithm
+                    .peek(&self.overflow_state, now, cost)
+                    .map(|d| (d, overflow)),
+            ),
+            Overflow::Deny | Overflow::Allow => {
+                Held::Decided(self.overflow_decision(now, cost).map(|d| (d, overflow)))
+            }
+        }
     }
 
-    /// [`peek_then_check_n`](Self::peek_then_check_n) of a key the map did
-    /// not hold a moment ago; out of line, so that the known key's path
-    /// spans fewer cache lines of code.
-    #[inline(never)]
-    fn peek_then_check_absent<Q>(
-        &self,
-        key: &Q,
-        cost: u32,
-        commit: &mut dyn FnMut(&Decision) -> bool,
-    ) -> Result<Decision, CheckError>
+    /// The all-or-nothing protocol: checks `cost` for `key` while the
+    /// decision holds the stripes in `held`; a key that goes to the
+    /// overflow state needs that state's stripe too.
+    pub(crate) fn check_held<Q>(&self, key: &Q, cost: u32, held: u64) -> Held<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let peek = self.peek_new(self.clock.now(), cost)?;
-        if commit(&peek) {
-            self.check_n(key, cost)
-        } else {
-            Ok(peek)
+        if let Some(state) = self.map.get(key) {
+            let now = self.clock.now();
+            let result = self.algorithm.check(&state, now, cost);
+            drop(state);
+            self.maybe_auto_sweep(now);
+            return Held::Decided(result);
         }
+        self.check_absent(key, cost, Some(held))
+    }
+
+    /// The lock id of the stripe that guards the overflow state: one per
+    /// limiter, whatever the key.
+    fn overflow_lock_id(&self) -> u64 {
+        crate::policy::address_of(&self.overflow_state) as u64
     }
 
     /// What a first check of a key not held would decide.
@@ -563,8 +631,11 @@ where
     }
 
     /// First check of a key not in the map: reserve a slot, insert, decide.
+    /// Inside an all-or-nothing decision (`held`), a key that goes to the
+    /// overflow state needs that state's stripe: without it nothing is
+    /// decided.
     #[cold]
-    fn check_new<Q>(&self, key: &Q, now: u64, cost: u32) -> Result<Decision, CheckError>
+    fn check_new<Q>(&self, key: &Q, now: u64, cost: u32, held: Option<u64>) -> Held<Decision>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -578,7 +649,7 @@ where
         // missing under that lock, after its release.
         let now = now.max(self.swept_at.load(Ordering::Relaxed));
         if let Some(result) = self.insert_and_check(key, now, cost) {
-            return result;
+            return Held::Decided(result);
         }
         // Full. Sweep at most once per interval (under a flood of new keys
         // the other new keys go straight to the overflow policy), then look
@@ -586,15 +657,20 @@ where
         if self.elect_full_sweep(now) {
             self.sweep_at(now);
             if let Some(result) = self.insert_and_check(key, now, cost) {
-                return result;
+                return Held::Decided(result);
+            }
+        }
+        if let (Overflow::Shared, Some(held)) = (self.overflow, held) {
+            if held & mask_of(self.overflow_lock_id()) == 0 {
+                return Held::NeedStripe(self.overflow_lock_id());
             }
         }
         // Relaxed: a statistic.
         self.overflow_count.fetch_add(1, Ordering::Relaxed);
-        match self.overflow {
+        Held::Decided(match self.overflow {
             Overflow::Shared => self.algorithm.check(&self.overflow_state, now, cost),
             Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
-        }
+        })
     }
 
     /// Under the key's shard write lock: checks the key if it is there (a
@@ -715,8 +791,11 @@ where
         let mut removed = 0;
         // `retain` holds each shard's write lock while it visits the shard:
         // no check is using a state while it is judged idle and dropped.
-        self.map.retain(|state| {
-            let idle = self.algorithm.is_idle(state, now);
+        // A key whose stripe an all-or-nothing decision holds is kept:
+        // that decision found it here and checks it here.
+        self.map.retain(|key, state| {
+            let idle =
+                self.algorithm.is_idle(state, now) && crate::stripes::is_free(keyed_lock_id(key));
             removed += usize::from(idle);
             !idle
         });
@@ -730,13 +809,14 @@ where
     }
 
     /// Forgets `key`, as if it had never been seen. Returns whether it was
-    /// present.
+    /// present. Waits for an all-or-nothing decision using the key (the
+    /// HTTP layer's, an [`AllOf`](crate::policy::AllOf)'s) to finish.
     pub fn reset<Q>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = self.map.remove(key);
+        let removed = crate::stripes::with_stripe(keyed_lock_id(key), || self.map.remove(key));
         if removed {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }

@@ -85,6 +85,7 @@ mod serde_strings;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod snapshot;
+mod stripes;
 mod sync;
 mod wait;
 

@@ -131,22 +131,6 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
         self.algorithm.refund(&self.state, self.clock.now(), cost)
     }
 
-    /// Peeks `cost`, and if `commit` approves, checks it, at one clock
-    /// reading (what [`AllOf`](crate::policy::AllOf) decides through).
-    pub(crate) fn peek_then_check_n(
-        &self,
-        cost: u32,
-        commit: &mut dyn FnMut(&Decision) -> bool,
-    ) -> Result<Decision, CheckError> {
-        let now = self.clock.now();
-        let peek = self.algorithm.peek(&self.state, now, cost)?;
-        if commit(&peek) {
-            self.algorithm.check(&self.state, now, cost)
-        } else {
-            Ok(peek)
-        }
-    }
-
     /// The quota this limiter enforces (the latest one set, for an
     /// [`Adjustable`] algorithm).
     pub fn quota(&self) -> &Quota {

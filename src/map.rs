@@ -90,8 +90,8 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
 
     /// Keeps the values `keep` approves, visiting each shard under its write
     /// lock.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
-        self.map.retain(|_, value| keep(value));
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool) {
+        self.map.retain(|key, value| keep(key, value));
     }
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> bool
@@ -214,9 +214,9 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         }
     }
 
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&V) -> bool) {
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool) {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, value| keep(value));
+        map.retain(|key, value| keep(key, value));
     }
 
     pub(crate) fn remove<Q>(&self, key: &Q) -> bool

@@ -37,6 +37,10 @@ impl<T> Mutex<T> {
     pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+        self.0.try_lock().ok()
+    }
 }
 
 /// Interior mutability for data that a lock made in the crate guards (the

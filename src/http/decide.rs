@@ -3,9 +3,10 @@
 
 use super::fields::RateLimitFields;
 use super::key::{Key, KeyError};
-use super::policy::{Applying, AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
-use crate::policy::Limit;
+use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
+use crate::policy::{Held, Member, StateId};
 use crate::sync::Arc;
+use smallvec::SmallVec;
 use crate::{CheckError, Decision, Quota};
 use http::HeaderValue;
 use http::request::Parts;
@@ -34,36 +35,15 @@ impl PolicyState {
     }
 }
 
-/// The rules that applied to a request: one or two inline (most
-/// requests), more on the heap.
-#[derive(Debug, Clone)]
-pub(crate) enum Policies {
-    One(PolicyState),
-    Two([PolicyState; 2]),
-    Many(Vec<PolicyState>),
-}
-
-impl std::ops::Deref for Policies {
-    type Target = [PolicyState];
-
-    fn deref(&self) -> &[PolicyState] {
-        match self {
-            Policies::One(one) => std::slice::from_ref(one),
-            Policies::Two(two) => two,
-            Policies::Many(many) => many,
-        }
-    }
-}
-
 /// What the limits said about a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
     pub(crate) tier: Arc<str>,
     /// Every rule that applied, in the tier's order.
-    pub(crate) policies: Policies,
+    pub(crate) policies: Vec<PolicyState>,
     /// The one the `x-ratelimit-*` fields and `retry-after` come from: on a
-    /// denial the limit with the longest wait, else the one with the
-    /// fewest remaining.
+    /// denial the limit with the longest wait, else the tier's reported
+    /// rule when it applied, else the one with the fewest remaining.
     pub(crate) binding: usize,
     pub(crate) allowed: bool,
     /// A shadow rule denied: the request is served, counted as a shadow
@@ -80,7 +60,7 @@ impl Report {
     fn single(tier: Arc<str>, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
             tier,
-            policies: Policies::One(PolicyState::new(rule, decision, quota)),
+            policies: vec![PolicyState::new(rule, decision, quota)],
             binding: 0,
             allowed: decision.is_allowed(),
             shadow: rule.shadow && !decision.is_allowed(),
@@ -221,104 +201,47 @@ fn no_key(
     }
 }
 
-// Always inlined into `decide`: one frame on the request's path, not two
-// (the copy in `no_key` is cold).
-#[inline(always)]
+/// The rules of `tier` that apply to the request, decided for `key`: all
+/// or nothing, through the one decision [`AllOf`](crate::policy::AllOf)
+/// makes, whatever their number.
 fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -> Verdict {
-    let mut rules = tier.applying(parts);
-    let Some(first) = rules.next() else {
-        return Verdict::Unlimited;
-    };
-    match rules.next() {
-        None => decide_one(tier, first, key, parts, report_allowed),
-        Some(second) => decide_several(tier, [first, second], rules, &key, parts, report_allowed),
+    // An async rule stands alone in its tier (the builder refuses it beside
+    // others): its store cannot take part in an all-or-nothing decision.
+    if let Some(rule) = tier.applying(parts).next() {
+        if let RuleLimiter::Async(backend) = &rule.limiter {
+            let cost = rule.cost_of(parts);
+            return pending(tier, rule, &**backend, key, cost, report_allowed);
+        }
     }
-}
-
-/// Several rules, all in memory (the builder refuses an async rule
-/// beside others; one that got here anyway is left out). Kept out of
-/// `decide_tier` (inlined into [`decide`]), whose one-rule path then
-/// spans fewer cache lines: at saturation each line of code a request
-/// runs is fetched again per request.
-#[inline(never)]
-fn decide_several<'a>(
-    tier: &'a Tier,
-    [first, second]: [&'a Rule; 2],
-    mut rest: Applying<'a>,
-    key: &'a Key<'_>,
-    parts: &'a Parts,
-    report_allowed: bool,
-) -> Verdict {
     let key = key.as_str();
-    let bound = |rule| Bound::new(rule, key, parts);
-    match (bound(first), bound(second), rest.next()) {
-        // Two rules in memory (the example's signed-in requests).
-        (Some(a), Some(b), None) => decide_two(tier, [a, b], report_allowed),
-        (a, b, third) => {
-            let members = [a, b]
-                .into_iter()
-                .chain(third.into_iter().chain(rest).map(bound));
-            decide_many(tier, members.flatten(), report_allowed)
-        }
-    }
-}
-
-/// Three rules or more (or one left out): up to [`INLINE`] members on
-/// the stack, more on the heap.
-#[inline(never)]
-fn decide_many<'a>(
-    tier: &Tier,
-    mut members: impl Iterator<Item = Bound<'a>>,
-    report_allowed: bool,
-) -> Verdict {
-    let Some(first) = members.next() else {
+    let members: SmallVec<[Bound<'_>; INLINE]> = tier
+        .applying(parts)
+        .filter_map(|rule| match &rule.limiter {
+            RuleLimiter::Sync(backend) => Some(Bound {
+                rule,
+                backend: &**backend,
+                key,
+                cost: rule.cost_of(parts),
+            }),
+            RuleLimiter::Async(_) => None,
+        })
+        .collect();
+    if members.is_empty() {
         return Verdict::Unlimited;
-    };
-    let mut inline = [first; INLINE];
-    let mut n = 1;
-    let mut spill = Vec::new();
-    for member in members {
-        if n < INLINE {
-            inline[n] = member;
-        } else {
-            if spill.is_empty() {
-                spill.extend_from_slice(&inline);
-            }
-            spill.push(member);
-        }
-        n += 1;
     }
-    if spill.is_empty() {
-        decide_all(tier, &inline[..n], report_allowed)
-    } else {
-        decide_all(tier, &spill, report_allowed)
+    let mut decisions: SmallVec<[Decision; INLINE]> =
+        smallvec::smallvec![Decision::allow(0, 0, 0); members.len()];
+    match crate::policy::decide(&members, true, &mut decisions) {
+        Ok(true) if !report_allowed => Verdict::Allowed,
+        Ok(allowed) => Verdict::Decided(Box::new(report(tier, &members, &decisions, allowed))),
+        Err(error) => {
+            let rule = members[error.member].rule;
+            cost_too_high(rule, error.error)
+        }
     }
 }
 
-/// The common case, one rule: one check, nothing allocated (the key
-/// borrowed or on the stack, unless the backend is async or the key new).
-fn decide_one(
-    tier: &Tier,
-    rule: &Rule,
-    key: Key<'_>,
-    parts: &Parts,
-    report_allowed: bool,
-) -> Verdict {
-    let cost = rule.cost_of(parts);
-    match &rule.limiter {
-        RuleLimiter::Sync(backend) => {
-            let key = key.as_str();
-            decide_sync(tier, rule, &**backend, key, cost, report_allowed)
-        }
-        RuleLimiter::Async(backend) => pending(tier, rule, &**backend, key, cost, report_allowed),
-    }
-}
-
-/// One rule on an async backend: the check to await. Out of line, as
-/// [`decide_several`] is, and laid out as cold: beside a store's round
-/// trip its call costs nothing, and the in-memory path runs straight.
-#[cold]
-#[inline(never)]
+/// One rule on an async backend: the check to await.
 fn pending(
     tier: &Tier,
     rule: &Rule,
@@ -336,31 +259,11 @@ fn pending(
     }))
 }
 
-/// One in-memory rule.
-fn decide_sync(
-    tier: &Tier,
-    rule: &Rule,
-    backend: &dyn Backend,
-    key: &str,
-    cost: u32,
-    report_allowed: bool,
-) -> Verdict {
-    single_verdict(
-        &tier.name,
-        rule,
-        backend.check_n(key, cost),
-        || backend.quota_for(key),
-        report_allowed,
-    )
-}
-
-/// Rules decided together without a heap allocation for the members.
+/// Rules decided without a heap allocation for the members.
 const INLINE: usize = 4;
 
-/// One member of the request's all-or-nothing check: a rule's backend
-/// bound to the request's key and the rule's cost, borrowed for the check.
-/// It is checked with cost 1, so each member spends its own cost.
-#[derive(Clone, Copy)]
+/// One member of the request's all-or-nothing decision: a rule's backend
+/// bound to the request's key and the rule's cost.
 struct Bound<'a> {
     rule: &'a Rule,
     backend: &'a dyn Backend,
@@ -368,131 +271,57 @@ struct Bound<'a> {
     cost: u32,
 }
 
-impl<'a> Bound<'a> {
-    /// `rule` bound to `key` and its cost for the request whose head is
-    /// `parts`; `None` for an async rule.
-    fn new(rule: &'a Rule, key: &'a str, parts: &Parts) -> Option<Bound<'a>> {
-        match &rule.limiter {
-            RuleLimiter::Sync(backend) => Some(Bound {
-                rule,
-                backend: &**backend,
-                key,
-                cost: rule.cost_of(parts),
-            }),
-            RuleLimiter::Async(_) => None,
-        }
-    }
-}
-
-impl Limit for Bound<'_> {
-    fn check_n(&self, times: u32) -> Result<Decision, CheckError> {
-        self.backend
-            .check_n(self.key, self.cost.saturating_mul(times))
-    }
-
-    fn peek_n(&self, times: u32) -> Result<Decision, CheckError> {
-        self.backend
-            .peek_n(self.key, self.cost.saturating_mul(times))
-    }
-
-    fn quota(&self) -> Option<Quota> {
-        Some(self.backend.quota_for(self.key))
-    }
-
-    fn state_id(&self) -> usize {
-        // One per backend, as `KeyedLimit` has: two rules on one limiter
-        // are not decided nested.
-        (self.backend as *const dyn Backend).cast::<()>() as usize
+impl Member for Bound<'_> {
+    fn cost(&self) -> u32 {
+        self.cost
     }
 
     fn lock_id(&self) -> u64 {
         self.backend.lock_id(self.key)
     }
 
-    fn peek_then_check_n(
-        &self,
-        times: u32,
-        commit: &mut dyn FnMut(&Decision) -> bool,
-    ) -> Result<Decision, CheckError> {
-        self.backend
-            .peek_then_check_n(self.key, self.cost.saturating_mul(times), commit)
+    fn reserve(&self, cost: u32, held: u64) -> Held<(Decision, StateId)> {
+        self.backend.reserve_held(self.key, cost, held)
+    }
+
+    fn check(&self, cost: u32, held: u64) -> Held<Decision> {
+        self.backend.check_held(self.key, cost, held)
     }
 }
 
-/// Several rules: admitted by all or by none, through the all-or-nothing
-/// check [`AllOf`](crate::policy::AllOf) runs, each limit looked up once.
-/// Each member's own decision (after an admission what is left, after a denial
-/// its peek at the refused cost) gives its rule's headers.
-fn decide_all(tier: &Tier, members: &[Bound<'_>], report_allowed: bool) -> Verdict {
-    let none = Decision::allow(0, 0, 0);
-    let mut inline = [none; INLINE];
-    let mut spill = Vec::new();
-    let decisions: &mut [Decision] = if members.len() <= INLINE {
-        &mut inline[..members.len()]
-    } else {
-        spill.resize(members.len(), none);
-        &mut spill
+/// The report of the rules' decisions: each rule's own decision (after an
+/// admission what is left, after a denial its peek), and the one the
+/// fields come from.
+fn report(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: bool) -> Report {
+    let policies = members
+        .iter()
+        .zip(decisions)
+        .map(|(member, decision)| {
+            PolicyState::new(
+                member.rule,
+                decision,
+                &member.backend.quota_for(member.key),
+            )
+        })
+        .collect();
+    let reported = tier.report.as_ref().and_then(|name| {
+        members
+            .iter()
+            .position(|member| *member.rule.name == **name)
+    });
+    let binding = match reported {
+        Some(at) if allowed => at,
+        _ => crate::policy::bind(decisions).binding().unwrap_or(0),
     };
-    let result = crate::policy::admits_all(members, 1, decisions);
-    verdict_of_all(tier, members, result, decisions, report_allowed)
-}
-
-/// [`decide_all`] for two rules (the common case of several), through
-/// the pair's shorter path.
-fn decide_two(tier: &Tier, members: [Bound<'_>; 2], report_allowed: bool) -> Verdict {
-    let none = Decision::allow(0, 0, 0);
-    let mut decisions = [none; 2];
-    let result = crate::policy::admits_pair(&members, 1, &mut decisions);
-    verdict_of_all(tier, &members, result, &decisions, report_allowed)
-}
-
-/// The verdict on the rules' all-or-nothing check.
-#[inline]
-fn verdict_of_all(
-    tier: &Tier,
-    members: &[Bound<'_>],
-    result: Result<bool, crate::policy::MemberError>,
-    decisions: &[Decision],
-    report_allowed: bool,
-) -> Verdict {
-    match result {
-        // The binding decision is found only for the headers.
-        Ok(true) if !report_allowed => Verdict::Allowed,
-        Ok(allowed) => report_all(tier, members, decisions, allowed),
-        Err(error) => Verdict::CostTooHigh {
-            policy: Arc::clone(&members[error.member].rule.name),
-            error: error.error,
-            shadow: false,
-        },
-    }
-}
-
-/// The report of several rules' decisions, out of line: an admission
-/// without one (the common case) then runs fewer cache lines of code.
-#[inline(never)]
-fn report_all(
-    tier: &Tier,
-    members: &[Bound<'_>],
-    decisions: &[Decision],
-    allowed: bool,
-) -> Verdict {
-    let report = crate::policy::bind(decisions);
-    let state = |(member, decision): (&Bound<'_>, &Decision)| {
-        PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
-    };
-    let policies = match (members, decisions) {
-        ([a, b], [da, db]) => Policies::Two([state((a, da)), state((b, db))]),
-        _ => Policies::Many(members.iter().zip(decisions.iter()).map(state).collect()),
-    };
-    Verdict::Decided(Box::new(Report {
+    Report {
         tier: Arc::clone(&tier.name),
         policies,
-        binding: report.binding().unwrap_or(0),
+        binding,
         allowed,
         // A shadow rule stands alone in its tier.
-        shadow: false,
-        retry_after_secs: retry_after_secs(&report.decision()),
-    }))
+        shadow: !allowed && members.iter().all(|member| member.rule.shadow),
+        retry_after_secs: retry_after_secs(&decisions[binding]),
+    }
 }
 
 fn retry_after_secs(decision: &Decision) -> Option<u64> {

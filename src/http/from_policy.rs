@@ -114,7 +114,7 @@ impl Backend for SyncPolicy {
     fn lock_id(&self, key: &str) -> u64 {
         // One key's state, one lock, as for a keyed limiter: clients are
         // not serialized on one stripe.
-        crate::policy::keyed_lock_id(key)
+        crate::stripes::keyed_lock_id(key)
     }
 }
 

@@ -625,9 +625,6 @@ where
         // The common case served here: an admission with nothing to write,
         // without `settle`'s frame and its match of every verdict.
         if matches!(verdict, Verdict::Allowed) {
-            // Holds nothing: forgotten rather than handed to the verdict's
-            // drop glue (a call on each admission).
-            std::mem::forget(verdict);
             Counters::bump(&self.config.counters.here().allowed);
             return ResponseFuture::serving(self.inner.call(request), None, &self.config);
         }

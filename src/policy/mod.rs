@@ -1,20 +1,22 @@
-//! Policies built on the limiters. Today: [`AllOf`], several limits that
-//! admit a request together or not at all, over anything that is a
-//! [`Limit`].
+//! Policies built on the limiters: [`AllOf`], several limits that admit a
+//! request together or not at all, over anything that is a [`Limit`].
 //!
 //! [`Tiered`]: per-key quotas, named tiers with a resolver from key to tier
 //! and per-key overrides.
 
 mod all_of;
+mod all_or_nothing;
 #[cfg(feature = "serde")]
 pub mod config;
-mod stripes;
 mod tiers;
 
-pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit, MemberError};
+pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit};
+#[doc(hidden)]
+pub use all_or_nothing::{Held, StateId};
+pub use all_or_nothing::MemberError;
 pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
 
 #[cfg(feature = "tower")]
-pub(crate) use all_of::{admits_all, admits_pair, bind};
+pub(crate) use all_of::{address_of, bind};
 #[cfg(feature = "tower")]
-pub(crate) use stripes::keyed_lock_id;
+pub(crate) use all_or_nothing::{Member, decide};

@@ -1,11 +1,19 @@
-//! The lock stripes [`AllOf`](super::AllOf) holds while it decides: which
-//! stripe guards a limit's state, and taking a set of them in order.
+//! The lock stripes an all-or-nothing decision holds (the HTTP layer's
+//! rules, [`AllOf`](crate::policy::AllOf)): which stripe guards a limit's
+//! state, and taking a set of them in order.
+//!
+//! Every decision the layer or an `AllOf` makes holds the stripes of the
+//! states it decides on, from its first peek to its last check, so no
+//! other such decision changes them in between. The keyed limiter keeps a
+//! key whose stripe is held (a sweep leaves it, `reset` waits for it), so
+//! a key a decision found stays where it was found until the decision
+//! ends.
 
 #[cfg(not(rategate_loom))]
 use crossbeam_utils::CachePadded;
 use std::hash::{Hash, Hasher};
 
-/// Lock stripes shared by every [`AllOf`](super::AllOf) in the process,
+/// Lock stripes shared by every all-or-nothing decision in the process,
 /// chosen by lock id: two `AllOf`s that share a limit always take a common
 /// stripe. A `u64` mask names a set of them.
 #[cfg(not(rategate_loom))]
@@ -103,6 +111,23 @@ impl Hasher for StripeHasher {
     fn finish(&self) -> u64 {
         self.0
     }
+}
+
+/// Whether no decision holds the stripe of `lock_id` at this moment (a
+/// sweep keeps a key whose stripe is held). Never blocks.
+pub(crate) fn is_free(lock_id: u64) -> bool {
+    stripe_lock(stripe_of(lock_id)).try_lock().is_some()
+}
+
+/// Runs `f` holding the stripe of `lock_id` alone (`reset` of a key, which
+/// must not remove a key a decision is using).
+pub(crate) fn with_stripe<R>(lock_id: u64, f: impl FnOnce() -> R) -> R {
+    with_stripes(mask_of(lock_id), f)
+}
+
+/// The bit of `lock_id`'s stripe in a mask of stripes.
+pub(crate) fn mask_of(lock_id: u64) -> u64 {
+    1 << stripe_of(lock_id)
 }
 
 /// Runs `f` holding the stripes in `mask`, taken in ascending order in
