@@ -94,9 +94,8 @@ fn three_all_ofs_in_a_ring_charge_all_or_nothing() {
     });
 }
 
-/// Keyed members (one map lookup each, the entry held while the other
-/// members decide; a new key inserted under the map's write lock) racing
-/// over a shared direct limit.
+/// Keyed members (a new key inserted by its reservation, under the map's
+/// write lock) racing over a shared direct limit.
 #[test]
 fn keyed_members_charge_all_or_nothing() {
     model(|| {
@@ -107,9 +106,8 @@ fn keyed_members_charge_all_or_nothing() {
                 .build()
                 .unwrap(),
         );
-        // Key 1 is known, one of its two slots left (its entry is held
-        // across peek and check); key 2 is new (peeked as new, inserted by
-        // the check).
+        // Key 1 is known, one of its two slots left; key 2 is new
+        // (inserted by its reservation, then checked).
         assert!(keyed.check(&1).is_allowed());
         let shared = bucket(&clock);
         let admitted = race(vec![
@@ -126,5 +124,63 @@ fn keyed_members_charge_all_or_nothing() {
         assert_eq!(keyed.peek(&1).is_allowed(), !admitted[0]);
         assert_eq!(keyed.peek_n(&2, 2).unwrap().is_allowed(), !admitted[1]);
         assert_eq!(charged(&shared), 1);
+    });
+}
+
+/// A one-rule request (a one-member `AllOf`: a check under the key's
+/// stripe) racing a two-rule request over the same limit of capacity 1: the
+/// refused one charges nothing.
+#[test]
+fn a_one_member_check_racing_two_members_charges_all_or_nothing() {
+    model(|| {
+        let clock = ManualClock::new();
+        let (shared, other) = (bucket(&clock), bucket(&clock));
+        let admitted = race(vec![
+            AllOf::new([member(shared.clone())]),
+            AllOf::new([member(other.clone()), member(shared.clone())]),
+        ]);
+        assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
+        assert_eq!(
+            charged(&other),
+            u32::from(admitted[1]),
+            "other charged iff admitted"
+        );
+        assert_eq!(charged(&shared), 1);
+    });
+}
+
+/// Two keys past a keyed limiter's key cap share its overflow state (one
+/// slot left): a one-member request on one key races a two-member request
+/// on the other.
+#[test]
+fn overflow_keys_charge_all_or_nothing() {
+    model(|| {
+        let clock = ManualClock::new();
+        let keyed = Arc::new(
+            KeyedRateLimiter::<u8, TokenBucket>::builder(Quota::per_second(2).unwrap())
+                .clock(clock.clone())
+                .max_keys(1)
+                .build()
+                .unwrap(),
+        );
+        // Key 0 fills the map; one of the overflow state's two slots is
+        // taken by key 9.
+        assert!(keyed.check(&0).is_allowed());
+        assert!(keyed.check(&9).is_allowed());
+        let other = bucket(&clock);
+        let admitted = race(vec![
+            AllOf::new([member(KeyedLimit::new(keyed.clone(), 1))]),
+            AllOf::new([
+                member(other.clone()),
+                member(KeyedLimit::new(keyed.clone(), 2)),
+            ]),
+        ]);
+        assert_eq!(admitted.iter().filter(|&&x| x).count(), 1);
+        assert_eq!(
+            charged(&other),
+            u32::from(admitted[1]),
+            "other charged iff admitted"
+        );
+        assert!(!keyed.peek(&3).is_allowed(), "the overflow state is spent");
     });
 }

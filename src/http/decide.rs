@@ -165,8 +165,10 @@ pub(crate) enum Verdict {
 pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Verdict {
     let mut custom_error = None;
     for tier in tiers {
-        if let Some(key) = tier.key.find_key(parts, &mut custom_error) {
-            return decide_tier(tier, key, parts, report_allowed);
+        match tier.key.find_key(parts, &mut custom_error) {
+            Ok(Some(key)) => return decide_tier(tier, key, parts, report_allowed),
+            Ok(None) => {}
+            Err(error) => return Verdict::NoKey(error),
         }
     }
     no_key(tiers, parts, custom_error, report_allowed)

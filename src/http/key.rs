@@ -22,6 +22,10 @@ pub enum KeyError {
     InvalidHeader(HeaderName),
     /// A key function of your own found no key; the text says why.
     Custom(String),
+    /// The key is not one the application knows (its
+    /// [`validate`](KeyExtractor::validate) check refused it): answered
+    /// `401 Unauthorized` by default.
+    UnknownKey,
 }
 
 impl fmt::Display for KeyError {
@@ -36,6 +40,7 @@ impl fmt::Display for KeyError {
                 write!(f, "the request's {name} header is not a usable key")
             }
             KeyError::Custom(why) => f.write_str(why),
+            KeyError::UnknownKey => f.write_str("the request's key is not a known one"),
         }
     }
 }
@@ -47,6 +52,7 @@ impl std::error::Error for KeyError {}
 pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 
 type KeyFn = dyn Fn(&Parts) -> Result<String, KeyError> + Send + Sync;
+type KnownFn = dyn Fn(&str) -> bool + Send + Sync;
 
 /// Takes a request's key: its client IP, a header, a constant, or anything
 /// a function computes.
@@ -55,6 +61,20 @@ type KeyFn = dyn Fn(&Parts) -> Result<String, KeyError> + Send + Sync;
 /// own limiters (or prefix keys in a [`from_fn`](KeyExtractor::from_fn)),
 /// so that an API key written as `203.0.113.9` cannot spend that IP
 /// address's budget.
+///
+/// # Invented keys
+///
+/// A header or a bearer token is whatever the client sends: without a
+/// check, every made-up API key gets a fresh budget of its own, and an
+/// anonymous client escapes the per-IP limit by sending random keys.
+/// [`validate`](KeyExtractor::validate) gives the extractor the
+/// application's check: a key it refuses falls through to the next tier
+/// (an anonymous tier keyed by IP), or with
+/// [`reject_unknown`](KeyExtractor::reject_unknown) is answered
+/// `401 Unauthorized` ([`KeyError::UnknownKey`]). The check runs on every
+/// request before any limiter is touched, so it must be quick: look the key
+/// up in memory (a set or a cache the application keeps fresh), not in a
+/// remote store.
 ///
 /// # Examples
 ///
@@ -78,6 +98,10 @@ type KeyFn = dyn Fn(&Parts) -> Result<String, KeyError> + Send + Sync;
 #[derive(Clone)]
 pub struct KeyExtractor {
     kind: Kind,
+    /// The application's check of a key found; `None` takes every key.
+    known: Option<Arc<KnownFn>>,
+    /// An unknown key is answered 401 rather than left to the next tier.
+    reject_unknown: bool,
 }
 
 #[derive(Clone)]
@@ -103,16 +127,64 @@ impl fmt::Debug for KeyExtractor {
                 .finish(),
             Kind::Global => f.write_str("Global"),
             Kind::Custom(_) => f.write_str("Custom"),
+        }?;
+        if self.known.is_some() {
+            f.write_str(" (validated)")?;
         }
+        Ok(())
     }
 }
 
 impl KeyExtractor {
+    fn of(kind: Kind) -> KeyExtractor {
+        KeyExtractor {
+            kind,
+            known: None,
+            reject_unknown: false,
+        }
+    }
+
+    /// Takes only keys `known` accepts (an API key or token the
+    /// application issued); see [Invented keys](KeyExtractor#invented-keys).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rategate::http::{KeyError, KeyExtractor};
+    /// use std::collections::HashSet;
+    ///
+    /// let issued: HashSet<String> = ["k-1".to_string()].into();
+    /// let by_api_key = KeyExtractor::header(http::HeaderName::from_static("x-api-key"))
+    ///     .validate(move |key| issued.contains(key));
+    /// let request = |key: &str| {
+    ///     let (parts, ()) = http::Request::get("/").header("x-api-key", key).body(()).unwrap().into_parts();
+    ///     parts
+    /// };
+    /// assert_eq!(by_api_key.extract(&request("k-1"))?, "k-1");
+    /// assert_eq!(by_api_key.extract(&request("made-up")), Err(KeyError::UnknownKey));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn validate(mut self, known: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.known = Some(Arc::new(known));
+        self
+    }
+
+    /// Answers a request whose key [`validate`](Self::validate) refused
+    /// with `401 Unauthorized` and a problem body, instead of trying the
+    /// next tier.
+    pub fn reject_unknown(mut self) -> Self {
+        self.reject_unknown = true;
+        self
+    }
+
+    /// Whether the application's check accepts `key`.
+    fn is_known(&self, key: &str) -> bool {
+        self.known.as_ref().is_none_or(|known| known(key))
+    }
+
     /// The client's IP address, as [`ClientIp`] finds and groups it.
     pub fn client_ip(client_ip: ClientIp) -> KeyExtractor {
-        KeyExtractor {
-            kind: Kind::Ip(client_ip),
-        }
+        KeyExtractor::of(Kind::Ip(client_ip))
     }
 
     /// The peer's IP address, IPv6 grouped by /64, no proxies trusted.
@@ -123,29 +195,25 @@ impl KeyExtractor {
     /// The value of header `name` (an API key), at most
     /// [`DEFAULT_MAX_KEY_LEN`] bytes of visible ASCII.
     pub fn header(name: HeaderName) -> KeyExtractor {
-        KeyExtractor {
-            kind: Kind::Header {
-                name,
-                bearer: false,
-                max_len: DEFAULT_MAX_KEY_LEN,
-            },
-        }
+        KeyExtractor::of(Kind::Header {
+            name,
+            bearer: false,
+            max_len: DEFAULT_MAX_KEY_LEN,
+        })
     }
 
     /// The token of `Authorization: Bearer <token>`.
     pub fn bearer_token() -> KeyExtractor {
-        KeyExtractor {
-            kind: Kind::Header {
-                name: http::header::AUTHORIZATION,
-                bearer: true,
-                max_len: DEFAULT_MAX_KEY_LEN,
-            },
-        }
+        KeyExtractor::of(Kind::Header {
+            name: http::header::AUTHORIZATION,
+            bearer: true,
+            max_len: DEFAULT_MAX_KEY_LEN,
+        })
     }
 
     /// One key for every request: a limit on the whole service.
     pub fn global() -> KeyExtractor {
-        KeyExtractor { kind: Kind::Global }
+        KeyExtractor::of(Kind::Global)
     }
 
     /// The key `f` computes; `None` means the request has none
@@ -157,9 +225,7 @@ impl KeyExtractor {
         let f = move |parts: &Parts| {
             f(parts).ok_or_else(|| KeyError::Custom("the request has no key".to_string()))
         };
-        KeyExtractor {
-            kind: Kind::Custom(Arc::new(f)),
-        }
+        KeyExtractor::of(Kind::Custom(Arc::new(f)))
     }
 
     /// The key `f` computes, or the error it gives.
@@ -167,9 +233,7 @@ impl KeyExtractor {
     where
         F: Fn(&Parts) -> Result<String, KeyError> + Send + Sync + 'static,
     {
-        KeyExtractor {
-            kind: Kind::Custom(Arc::new(f)),
-        }
+        KeyExtractor::of(Kind::Custom(Arc::new(f)))
     }
 
     /// For a header extractor, takes values of up to `max_len` bytes
@@ -194,6 +258,15 @@ impl KeyExtractor {
     /// where it can (a header's value), else on the stack (an IPv4
     /// address), else allocated.
     pub(crate) fn extract_key<'a>(&self, parts: &'a Parts) -> Result<Key<'a>, KeyError> {
+        let key = self.extract_unchecked(parts)?;
+        if self.is_known(key.as_str()) {
+            Ok(key)
+        } else {
+            Err(KeyError::UnknownKey)
+        }
+    }
+
+    fn extract_unchecked<'a>(&self, parts: &'a Parts) -> Result<Key<'a>, KeyError> {
         match &self.kind {
             Kind::Ip(client_ip) => {
                 let peer = peer_addr(parts).ok_or(KeyError::NoPeerAddress)?;
@@ -219,7 +292,26 @@ impl KeyExtractor {
     /// A key function of the application's own is called once: its error
     /// goes to `custom_error` (the built-in extractors give the same
     /// error when asked again; a function might not).
+    ///
+    /// A key the application's check refuses is `Ok(None)` (the next tier
+    /// decides), or with [`reject_unknown`](Self::reject_unknown)
+    /// [`KeyError::UnknownKey`] (the request is answered at once).
     pub(crate) fn find_key<'a>(
+        &self,
+        parts: &'a Parts,
+        custom_error: &mut Option<KeyError>,
+    ) -> Result<Option<Key<'a>>, KeyError> {
+        let Some(key) = self.find_unchecked(parts, custom_error) else {
+            return Ok(None);
+        };
+        match (self.is_known(key.as_str()), self.reject_unknown) {
+            (true, _) => Ok(Some(key)),
+            (false, false) => Ok(None),
+            (false, true) => Err(KeyError::UnknownKey),
+        }
+    }
+
+    fn find_unchecked<'a>(
         &self,
         parts: &'a Parts,
         custom_error: &mut Option<KeyError>,

@@ -33,8 +33,9 @@ pub enum Rejection<'a> {
         fields: &'a RateLimitFields,
     },
     /// No tier found a key: by default `500` when the server records no
-    /// peer address (a setup error), `400` when a header is missing or
-    /// unusable.
+    /// peer address (a setup error), `401` for a key the application's
+    /// check refused ([`KeyError::UnknownKey`]), `400` when a header is
+    /// missing or unusable.
     NoKey {
         /// What was missing.
         error: &'a KeyError,
@@ -87,6 +88,7 @@ pub fn problem_response(rejection: &Rejection<'_>) -> Response<Bytes> {
         Rejection::NoKey { error } => {
             let status = match error {
                 KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
+                KeyError::UnknownKey => StatusCode::UNAUTHORIZED,
                 _ => StatusCode::BAD_REQUEST,
             };
             let detail = format!("The rate limiter could not identify the client: {error}.");

@@ -1,0 +1,139 @@
+//! The layer against a hostile client: invented API keys and tokens,
+//! requests of cost 0, and which rule an admitted response reports.
+
+#[path = "support/http.rs"]
+mod support;
+
+use axum::Router;
+use axum::routing::get;
+use rategate::http::{KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+use rategate::{FixedWindow, KeyedRateLimiter, Quota};
+use std::collections::HashSet;
+use std::sync::Arc;
+use support::{Client, serve};
+
+type Keyed = KeyedRateLimiter<String, FixedWindow>;
+
+fn limiter(quota: &str) -> Arc<Keyed> {
+    Arc::new(Keyed::new(quota.parse().unwrap()).unwrap())
+}
+
+fn issued() -> HashSet<String> {
+    ["token-1".to_string(), "token-2".to_string()].into()
+}
+
+/// GitHub's layout: signed-in requests by token, anonymous ones by IP.
+fn app(signed_in: Arc<Keyed>, anonymous: Arc<Keyed>, reject_unknown: bool) -> Router {
+    let issued = issued();
+    let mut tokens = KeyExtractor::bearer_token().validate(move |token| issued.contains(token));
+    if reject_unknown {
+        tokens = tokens.reject_unknown();
+    }
+    let layer = RateLimitLayer::builder()
+        .tier(Tier::new("signed-in", tokens).rule(Rule::new("user", signed_in)))
+        .tier(Tier::new("anonymous", KeyExtractor::peer_ip()).rule(Rule::new("ip", anonymous)))
+        .build()
+        .unwrap();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+#[tokio::test]
+async fn invented_tokens_fall_through_to_the_per_ip_limit() {
+    let (signed_in, anonymous) = (limiter("100/h"), limiter("3/h"));
+    let mut client =
+        Client::connect(serve(app(signed_in.clone(), anonymous.clone(), false)).await).await;
+    // Every request with a made-up token counts against the client's IP.
+    let mut statuses = Vec::new();
+    for n in 0..5 {
+        let token = format!("Bearer made-up-{n}");
+        let reply = client.send("GET", "/", &[("authorization", &token)]).await;
+        statuses.push(reply.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(signed_in.len(), 0, "no invented token was tracked");
+    // An issued token has its own budget.
+    let reply = client
+        .send("GET", "/", &[("authorization", "Bearer token-1")])
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(signed_in.len(), 1);
+}
+
+#[tokio::test]
+async fn invented_tokens_can_be_answered_401() {
+    let (signed_in, anonymous) = (limiter("100/h"), limiter("3/h"));
+    let mut client =
+        Client::connect(serve(app(signed_in.clone(), anonymous.clone(), true)).await).await;
+    let reply = client
+        .send("GET", "/", &[("authorization", "Bearer made-up")])
+        .await;
+    assert_eq!(reply.status, 401);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(reply.body.contains("not a known one"), "{}", reply.body);
+    // Nothing was charged anywhere; a request without a token is anonymous.
+    assert_eq!(signed_in.len() + anonymous.len(), 0);
+    assert_eq!(client.get("/").await.status, 200);
+    assert_eq!(anonymous.len(), 1);
+}
+
+#[tokio::test]
+async fn cost_zero_serves_the_request_without_charging_it() {
+    let hourly = limiter("2/h");
+    let layer = RateLimitLayer::builder()
+        .tier(
+            Tier::new("all", KeyExtractor::global()).rule(
+                Rule::new("hourly", hourly.clone())
+                    .cost(|parts| u32::from(parts.uri.path() != "/free")),
+            ),
+        )
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/free", get(|| async { "ok" }))
+        .layer(layer);
+    let mut client = Client::connect(serve(app).await).await;
+    assert_eq!(client.get("/").await.status, 200);
+    assert_eq!(client.get("/").await.status, 200);
+    assert_eq!(client.get("/").await.status, 429);
+    // The budget is spent; cost-0 requests still pass and take nothing.
+    for _ in 0..10 {
+        assert_eq!(client.get("/free").await.status, 200);
+    }
+    assert_eq!(hourly.peek_n("global", 0).unwrap().remaining(), 0);
+}
+
+#[tokio::test]
+async fn a_tier_names_the_rule_its_admitted_responses_report() {
+    let build = |report: bool| {
+        let hourly = limiter("5000/h");
+        let per_second = Arc::new(Keyed::new(Quota::per_second(10).unwrap()).unwrap());
+        let mut tier = Tier::new("signed-in", KeyExtractor::global())
+            .rule(Rule::new("hourly", hourly))
+            .rule(Rule::new("read", per_second).when(Matcher::reads()));
+        if report {
+            tier = tier.report("hourly");
+        }
+        let layer = RateLimitLayer::builder()
+            .tier(tier)
+            .headers_on_allowed(true)
+            .build()
+            .unwrap();
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer)
+    };
+    // By default the rule with the fewest remaining: the per-second one.
+    let mut client = Client::connect(serve(build(false)).await).await;
+    assert_eq!(client.get("/").await.num("x-ratelimit-limit"), 10);
+    // Named: the hourly budget, as GitHub's clients read it.
+    let mut client = Client::connect(serve(build(true)).await).await;
+    let reply = client.get("/").await;
+    assert_eq!(reply.num("x-ratelimit-limit"), 5000);
+    assert_eq!(reply.num("x-ratelimit-remaining"), 4999);
+}
