@@ -5,7 +5,7 @@ use super::adapt::{Adaptation, Throttle};
 use super::headers::UpstreamSignal;
 use crate::Decision;
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
-use crate::policy::{AllOf, Limit};
+use crate::policy::AllOf;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::wait::{Gate, Jitter, Step, WaitError, WaitQueue, step_of, wait_blocking};
 use std::time::{Duration, Instant, SystemTime};
@@ -176,7 +176,7 @@ impl<C: Clock + Clone + 'static> OutboundLimiter<C> {
                     ConfigError::named(name, "no policy of this name in the file")
                 })?;
                 let limiter = policy.direct_limiter(clock.clone())?;
-                Ok(Arc::new(limiter) as Arc<dyn Limit>)
+                Ok(Arc::new(limiter) as Arc<dyn crate::policy::Limit>)
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         Ok(Self::with_clock(AllOf::new(limits), clock))

@@ -16,7 +16,8 @@ pub use all_or_nothing::{Held, StateId};
 pub use all_or_nothing::MemberError;
 pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
 
+pub(crate) use all_of::address_of;
 #[cfg(feature = "tower")]
-pub(crate) use all_of::{address_of, bind};
+pub(crate) use all_of::bind;
 #[cfg(feature = "tower")]
 pub(crate) use all_or_nothing::{Member, decide};
