@@ -8,12 +8,12 @@
 #[cfg(not(rategate_loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(rategate_loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(rategate_loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(rategate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// A short-critical-section lock: `parking_lot::Mutex` normally, loom's
 /// mutex under loom. `lock()` returns the guard directly in both.

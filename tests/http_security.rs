@@ -137,3 +137,94 @@ async fn a_tier_names_the_rule_its_admitted_responses_report() {
     assert_eq!(reply.num("x-ratelimit-limit"), 5000);
     assert_eq!(reply.num("x-ratelimit-remaining"), 4999);
 }
+
+/// GraphQL: the handler reads the query, computes its points and charges
+/// them; the request's other rule is charged with it, all or nothing.
+#[tokio::test]
+async fn graphql_points_are_charged_from_the_query() {
+    use axum::Extension;
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+    use rategate::http::Charge;
+
+    let (hourly, points) = (limiter("100/h"), limiter("10/h"));
+    let layer = RateLimitLayer::builder()
+        .tier(
+            Tier::new("all", KeyExtractor::global())
+                .rule(Rule::new("hourly", hourly.clone()))
+                .rule(
+                    Rule::new("graphql", points.clone())
+                        .when(Matcher::path_prefix("/graphql"))
+                        .charged_by_handler(),
+                ),
+        )
+        .build()
+        .unwrap();
+    // The query's points: its number of fields, here the body's words; a
+    // body that is not a query is refused before any charge.
+    async fn graphql(
+        Extension(charge): Extension<Charge>,
+        query: String,
+    ) -> axum::response::Response {
+        if query.is_empty() {
+            return (http::StatusCode::BAD_REQUEST, "no query").into_response();
+        }
+        let points = query.split_whitespace().count() as u32;
+        match charge.charge(points) {
+            Ok(()) => "data".into_response(),
+            Err(rejected) => rejected.into_response(),
+        }
+    }
+    let app = Router::new().route("/graphql", post(graphql)).layer(layer);
+    let addr = serve(app).await;
+    let client = reqwest_like(addr);
+    assert_eq!(client("a b c d e f").await.0, 200);
+    assert_eq!(points.peek_n("global", 0).unwrap().remaining(), 4);
+    // Six more points do not fit: 429 with the usual fields, and the
+    // hourly rule is not charged for it.
+    let (status, headers) = client("a b c d e f").await;
+    assert_eq!(status, 429);
+    assert!(headers.get("retry-after").is_some());
+    assert_eq!(headers.get("x-ratelimit-limit").unwrap(), "10");
+    assert_eq!(hourly.peek_n("global", 0).unwrap().remaining(), 99);
+    // A request the handler refuses before charging costs 1 on every rule
+    // that applied, when the response is done.
+    assert_eq!(client("").await.0, 400);
+    assert_eq!(points.peek_n("global", 0).unwrap().remaining(), 3);
+    assert_eq!(hourly.peek_n("global", 0).unwrap().remaining(), 98);
+    // Three fit.
+    assert_eq!(client("a b c").await.0, 200);
+    assert_eq!(points.peek_n("global", 0).unwrap().remaining(), 0);
+    assert_eq!(hourly.peek_n("global", 0).unwrap().remaining(), 97);
+}
+
+/// Sends a POST to /graphql with `body` on a fresh connection; the status
+/// and headers.
+fn reqwest_like(
+    addr: std::net::SocketAddr,
+) -> impl Fn(&'static str) -> std::pin::Pin<Box<dyn std::future::Future<Output = (u16, http::HeaderMap)>>>
+{
+    move |body| {
+        Box::pin(async move {
+            use http_body_util::{BodyExt, Full};
+            use hyper_util::rt::TokioIo;
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake::<
+                _,
+                Full<hyper::body::Bytes>,
+            >(TokioIo::new(stream))
+            .await
+            .unwrap();
+            tokio::spawn(conn);
+            let request = http::Request::post("/graphql")
+                .header("host", addr.to_string())
+                .body(Full::new(hyper::body::Bytes::from_static(body.as_bytes())))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let _ = response.into_body().collect().await;
+            (status, headers)
+        })
+    }
+}

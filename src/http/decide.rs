@@ -156,6 +156,20 @@ pub(crate) enum Verdict {
     },
     /// An async backend must be awaited.
     Pending(Box<Pending>),
+    /// A rule is charged by the handler: nothing is decided yet.
+    Deferred(Box<Deferred>),
+}
+
+/// A request whose charge is left to its handler ([`super::Charge`]):
+/// what the decision will need once the handler knows the cost.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    /// The index of the request's tier in the layer's tiers.
+    pub(crate) tier: usize,
+    pub(crate) key: String,
+    /// The rules that applied, by index in the tier, each with its cost;
+    /// `None` for a rule the handler charges.
+    pub(crate) rules: SmallVec<[(usize, Option<u32>); INLINE]>,
 }
 
 /// Decides the request whose head is `parts` under `tiers`. An admitted
@@ -164,9 +178,9 @@ pub(crate) enum Verdict {
 /// the per-rule states a report builds.
 pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Verdict {
     let mut custom_error = None;
-    for tier in tiers {
+    for (at, tier) in tiers.iter().enumerate() {
         match tier.key.find_key(parts, &mut custom_error) {
-            Ok(Some(key)) => return decide_tier(tier, key, parts, report_allowed),
+            Ok(Some(key)) => return decide_tier(at, tier, key, parts, report_allowed),
             Ok(None) => {}
             Err(error) => return Verdict::NoKey(error),
         }
@@ -198,7 +212,7 @@ fn no_key(
             Err(error) => Verdict::NoKey(error),
             // A built-in extractor that found no key a moment ago finds
             // none now; should one ever, the request is decided with it.
-            Ok(key) => decide_tier(tier, key, parts, report_allowed),
+            Ok(key) => decide_tier(tiers.len() - 1, tier, key, parts, report_allowed),
         },
     }
 }
@@ -206,7 +220,13 @@ fn no_key(
 /// The rules of `tier` that apply to the request, decided for `key`: all
 /// or nothing, through the one decision [`AllOf`](crate::policy::AllOf)
 /// makes, whatever their number.
-fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -> Verdict {
+fn decide_tier(
+    at: usize,
+    tier: &Tier,
+    key: Key<'_>,
+    parts: &Parts,
+    report_allowed: bool,
+) -> Verdict {
     // An async rule stands alone in its tier (the builder refuses it beside
     // others): its store cannot take part in an all-or-nothing decision.
     if let Some(rule) = tier.applying(parts).next() {
@@ -215,15 +235,37 @@ fn decide_tier(tier: &Tier, key: Key<'_>, parts: &Parts, report_allowed: bool) -
             return pending(tier, rule, &**backend, key, cost, report_allowed);
         }
     }
-    let key = key.as_str();
-    let members: SmallVec<[Bound<'_>; INLINE]> = tier
-        .applying(parts)
-        .filter_map(|rule| match &rule.limiter {
+    if tier.applying(parts).any(|rule| rule.by_handler) {
+        return Verdict::Deferred(Box::new(Deferred {
+            tier: at,
+            key: key.into_owned(),
+            rules: tier
+                .rules
+                .iter()
+                .enumerate()
+                .filter(|(_, rule)| rule.applies(parts))
+                .map(|(i, rule)| (i, (!rule.by_handler).then(|| rule.cost_of(parts))))
+                .collect(),
+        }));
+    }
+    let rules = tier.applying(parts).map(|rule| (rule, rule.cost_of(parts)));
+    decide_rules(tier, rules, key.as_str(), report_allowed)
+}
+
+/// `rules`, each with its cost, decided for `key` all or nothing.
+pub(crate) fn decide_rules<'a>(
+    tier: &'a Tier,
+    rules: impl Iterator<Item = (&'a Rule, u32)>,
+    key: &'a str,
+    report_allowed: bool,
+) -> Verdict {
+    let members: SmallVec<[Bound<'_>; INLINE]> = rules
+        .filter_map(|(rule, cost)| match &rule.limiter {
             RuleLimiter::Sync(backend) => Some(Bound {
                 rule,
                 backend: &**backend,
                 key,
-                cost: rule.cost_of(parts),
+                cost,
             }),
             RuleLimiter::Async(_) => None,
         })

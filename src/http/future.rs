@@ -189,7 +189,7 @@ where
                             response: Some(response),
                         },
                         // A finished check settles to serve or answer.
-                        Settled::Wait(_) => State::Answered { response: None },
+                        Settled::Wait(_) | Settled::Defer(_) => State::Answered { response: None },
                     };
                     this.state.set(next);
                 }

@@ -1,7 +1,8 @@
 //! The tower layer and service: decide in `call`, then answer or serve.
 
 use super::body::{BodyKind, SameBody, Wrapped};
-use super::decide::{Pending, Report, Verdict, decide};
+use super::charge::Charge;
+use super::decide::{Deferred, Pending, Report, Verdict, decide};
 use super::fields::ResetFormat;
 use super::future::ResponseFuture;
 use super::key::KeyExtractor;
@@ -41,6 +42,15 @@ pub enum BuildError {
         /// The shadow rule.
         rule: String,
     },
+    /// An async (Redis) rule is charged by the handler: only an in-memory
+    /// rule can be decided when the handler calls
+    /// [`Charge::charge`](super::Charge::charge).
+    AsyncChargedByHandler {
+        /// The tier.
+        tier: String,
+        /// The async rule.
+        rule: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -57,6 +67,11 @@ impl fmt::Display for BuildError {
                 "tier {tier:?}: the shadow rule {rule:?} must be the tier's only rule \
                  (it cannot be checked all-or-nothing with others)"
             ),
+            BuildError::AsyncChargedByHandler { tier, rule } => write!(
+                f,
+                "tier {tier:?}: the async rule {rule:?} cannot be charged by the handler \
+                 (only in-memory rules can)"
+            ),
         }
     }
 }
@@ -65,7 +80,7 @@ impl std::error::Error for BuildError {}
 
 /// The configuration every clone of the layer and its services shares.
 pub(crate) struct Config {
-    tiers: Vec<Tier>,
+    pub(crate) tiers: Vec<Tier>,
     shadow: bool,
     headers: HeaderOptions,
     responder: Option<Responder>,
@@ -87,6 +102,8 @@ pub(crate) enum Settled {
     Answer(Response<Bytes>),
     /// Await the backend first.
     Wait(Box<Pending>),
+    /// Call the service with a [`Charge`] for its handler.
+    Defer(Box<Deferred>),
 }
 
 impl Config {
@@ -146,6 +163,7 @@ impl Config {
                 }))
             }
             Verdict::Pending(pending) => Settled::Wait(pending),
+            Verdict::Deferred(deferred) => Settled::Defer(deferred),
         }
     }
 
@@ -290,6 +308,16 @@ impl RateLimitBuilder {
             return Err(BuildError::NoTiers);
         }
         for tier in &self.tiers {
+            if let Some(rule) = tier
+                .rules
+                .iter()
+                .find(|r| r.by_handler && matches!(r.limiter, RuleLimiter::Async(_)))
+            {
+                return Err(BuildError::AsyncChargedByHandler {
+                    tier: tier.name.to_string(),
+                    rule: rule.name.to_string(),
+                });
+            }
             if tier.rules.len() > 1 {
                 if let Some(rule) = tier
                     .rules
@@ -621,7 +649,7 @@ where
         // An admitted request needs its report only for the fields on
         // every response.
         let verdict = decide(&self.config.tiers, &parts, self.config.headers.on_allowed);
-        let request = Request::from_parts(parts, body);
+        let mut request = Request::from_parts(parts, body);
         // The common case served here: an admission with nothing to write,
         // without `settle`'s frame and its match of every verdict.
         if matches!(verdict, Verdict::Allowed) {
@@ -634,6 +662,11 @@ where
                 ResponseFuture::serving(future, report, &self.config)
             }
             Settled::Answer(response) => ResponseFuture::answered(response),
+            Settled::Defer(deferred) => {
+                let charge = Charge::new(Arc::clone(&self.config), *deferred);
+                request.extensions_mut().insert(charge);
+                ResponseFuture::serving(self.inner.call(request), None, &self.config)
+            }
             Settled::Wait(pending) => {
                 // The service made ready by `poll_ready` goes with the
                 // request; this one keeps a fresh clone (tower's pattern

@@ -50,6 +50,8 @@ pub use fields::{
 #[cfg(feature = "tower")]
 mod body;
 #[cfg(feature = "tower")]
+mod charge;
+#[cfg(feature = "tower")]
 mod cidr;
 #[cfg(feature = "tower")]
 mod client_ip;
@@ -72,6 +74,8 @@ mod stats;
 
 #[cfg(feature = "tower")]
 pub use body::{BodyKind, ResponseBody, SameBody, Wrapped};
+#[cfg(feature = "tower")]
+pub use charge::{Charge, Rejected};
 #[cfg(feature = "tower")]
 pub use cidr::{Cidr, CidrError};
 #[cfg(feature = "tower")]

@@ -400,10 +400,18 @@ pub(crate) enum RuleLimiter {
 /// use std::sync::Arc;
 ///
 /// let points = Arc::new(KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(5000)?)?);
-/// // GraphQL: charged in points, computed from the request.
+/// // Uploads: charged by their declared size, in KiB.
+/// let uploads = Rule::new("upload-kib", Arc::clone(&points))
+///     .when(Matcher::path_prefix("/upload"))
+///     .cost(|parts| {
+///         let length = parts.headers.get("content-length").and_then(|v| v.to_str().ok());
+///         length.and_then(|v| v.parse::<u32>().ok()).map_or(1, |n| n / 1024 + 1)
+///     });
+/// // GraphQL: charged in points the handler computes from the query
+/// // (see `Charge`).
 /// let graphql = Rule::new("graphql", points)
 ///     .when(Matcher::path_prefix("/graphql"))
-///     .cost(|parts| parts.uri.query().map_or(1, |q| q.len() as u32 / 10 + 1));
+///     .charged_by_handler();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
@@ -421,6 +429,8 @@ pub struct Rule {
     pub(crate) name_len: usize,
     /// Decided and counted, never denied.
     pub(crate) shadow: bool,
+    /// Its cost is set by the request's handler, through [`Charge`].
+    pub(crate) by_handler: bool,
 }
 
 impl fmt::Debug for Rule {
@@ -467,6 +477,7 @@ impl Rule {
             policy_headers: Arc::from([(quota, policy_header(name, &quota))]),
             name_len: quoted.len(),
             shadow: false,
+            by_handler: false,
         }
     }
 
@@ -499,9 +510,15 @@ impl Rule {
         self
     }
 
-    /// Charges each request what `cost` says (GraphQL points) instead of 1.
-    /// A cost above what the limiter can ever admit is answered 400 (see
-    /// [`Rejection::CostTooHigh`](super::Rejection::CostTooHigh)).
+    /// Charges each request what `cost` computes from its head, instead
+    /// of 1. A cost above what the limiter can ever admit is answered 400
+    /// (see [`Rejection::CostTooHigh`](super::Rejection::CostTooHigh)).
+    ///
+    /// A cost of 0 serves the request without charging it, and is never
+    /// denied, even once the budget is spent: use it for requests that are
+    /// free on purpose. A cost a client states in a header is the client's
+    /// word; for a cost in the body (a GraphQL query), see
+    /// [`charged_by_handler`](Rule::charged_by_handler).
     pub fn cost(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Rule {
         self.cost = Some(Arc::new(cost));
         self
@@ -516,6 +533,20 @@ impl Rule {
     /// ([`BuildError::ShadowNotAlone`](super::BuildError::ShadowNotAlone)).
     pub fn shadow(mut self, on: bool) -> Rule {
         self.shadow = on;
+        self
+    }
+
+    /// Leaves the request's charge to its handler, which knows the cost
+    /// once it has read the body (the points of a GraphQL query). The layer
+    /// decides nothing when the request arrives; it puts a
+    /// [`Charge`](super::Charge) in the request's extensions, and the
+    /// handler's [`Charge::charge`](super::Charge::charge)`(points)` decides this rule at that cost and the
+    /// request's other rules at theirs, all or nothing, answering a 429
+    /// with the usual fields when they do not fit. A request whose handler
+    /// never charges it is charged 1 when the request is dropped. Only an
+    /// in-memory rule can be charged by the handler.
+    pub fn charged_by_handler(mut self) -> Rule {
+        self.by_handler = true;
         self
     }
 
