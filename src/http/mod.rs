@@ -17,12 +17,13 @@
 //! * Client keys, [`KeyExtractor`]: the peer IP ([`ClientIp`]: trusted
 //!   proxies as [`Cidr`]s, the [`ForwardedHeader`] they write, IPv6
 //!   grouped by prefix), a header (API key, bearer token), a constant, a
-//!   function; [`KeyError`] when there is none.
+//!   function, each with the application's check of the key
+//!   ([`KeyExtractor::validate`]); [`KeyError`] when there is none.
 //! * Policies: [`Tier`]s of keys, each with [`Rule`]s that apply by route
-//!   and method ([`Matcher`]) and charge a cost; several rules on one
-//!   request are checked all or nothing, as [`AllOf`](crate::policy::AllOf)
-//!   decides (each limit looked up once, nothing allocated for up to four
-//!   rules), and a 429 names the rule that denied.
+//!   and method ([`Matcher`]) and charge a cost (from the request's head,
+//!   or from its handler through a [`Charge`]); the rules on one request
+//!   are decided all or nothing, as [`AllOf`](crate::policy::AllOf)
+//!   decides, and a 429 names the rule that denied.
 //!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
 //!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
 //!   when Redis cannot, and the synced and leased limiters).
@@ -35,6 +36,32 @@
 //! * Answers: 429 with `retry-after` (whole seconds, rounded up, never 0)
 //!   and an RFC 9457 problem body ([`problem_response`]), replaceable
 //!   ([`Rejection`]).
+//!
+//! # Security
+//!
+//! * **Trusted proxies.** A forwarding header is read only from a peer in
+//!   [`ClientIp::trust_proxies`], from the right: the first element that is
+//!   not a trusted proxy is the client, each element parsed from the bytes
+//!   on its own, so that what a client writes left of it (non-UTF-8 bytes,
+//!   open quotes, many commas) never hides the element its proxy appended.
+//!   The proxy must append the address it saw (nginx:
+//!   `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`). An
+//!   element the proxy itself wrote that is not an address keys the
+//!   request by that proxy's address ([`ClientIp`]).
+//! * **Invented keys.** A header or token key is what the client sends:
+//!   give its extractor the application's check
+//!   ([`KeyExtractor::validate`]), or each made-up key gets a budget of its
+//!   own. An unknown key falls through to the next tier, or is answered
+//!   401 ([`KeyExtractor::reject_unknown`]).
+//! * **Key caps.** Every keyed limiter the layer or a policy file builds
+//!   holds a bounded number of keys ([`PER_IP_MAX_KEYS`] for
+//!   [`RateLimitLayer::per_ip`], `max_keys` in a policy file); build yours
+//!   with [`KeyedBuilder::max_keys`](crate::KeyedBuilder::max_keys).
+//! * **All or nothing.** A refused request is charged nothing, whatever
+//!   runs beside it (one-rule and several-rule requests, keys past a key
+//!   cap, a limiter shared by two layers); a check made directly on a
+//!   shared limiter outside the layer is not covered.
+//! * **Cost 0** serves a request free, even once the budget is spent.
 
 // The list above names the `tower` feature's items; without it they do
 // not exist, and the docs built then do not link them.
