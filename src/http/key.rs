@@ -379,39 +379,25 @@ pub(crate) struct Ipv4Text {
     len: u8,
 }
 
-/// Each octet's decimal digits, left-aligned (zeros after), and how many:
-/// a table instead of two divisions per octet.
-static OCTETS: [[u8; 4]; 256] = {
-    let mut table = [[0u8; 4]; 256];
-    let mut i = 0;
-    while i < 256 {
-        let n = i as u8;
-        table[i] = if n >= 100 {
-            [b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10, 3]
-        } else if n >= 10 {
-            [b'0' + n / 10, b'0' + n % 10, 0, 2]
-        } else {
-            [b'0' + n, 0, 0, 1]
-        };
-        i += 1;
-    }
-    table
-};
-
 impl Ipv4Text {
     pub(crate) fn new(ip: Ipv4Addr) -> Ipv4Text {
         let mut text = [0u8; 15];
         let mut len = 0;
+        let mut push = |byte: u8| {
+            text[len] = byte;
+            len += 1;
+        };
         for (i, octet) in ip.octets().into_iter().enumerate() {
             if i > 0 {
-                text[len] = b'.';
-                len += 1;
+                push(b'.');
             }
-            // Three bytes written whatever the octet's length (at most
-            // 12 + 3 = 15); those past its digits are overwritten next.
-            let [a, b, c, digits] = OCTETS[usize::from(octet)];
-            text[len..len + 3].copy_from_slice(&[a, b, c]);
-            len += usize::from(digits);
+            if octet >= 100 {
+                push(b'0' + octet / 100);
+            }
+            if octet >= 10 {
+                push(b'0' + octet / 10 % 10);
+            }
+            push(b'0' + octet % 10);
         }
         // At most 4 * 3 digits and 3 dots: 15.
         Ipv4Text {
