@@ -525,9 +525,12 @@ where
     /// may follow finds it here: the key's held stripe keeps sweeps away
     /// from it. A key that belongs in the overflow state needs that
     /// state's stripe too.
+    ///
+    /// `key_id` is [`keyed_lock_id`]`(key)`, which the caller has computed.
     pub(crate) fn reserve_held<Q>(
         &self,
         key: &Q,
+        key_id: u64,
         cost: u32,
         held: u64,
     ) -> Held<(Decision, StateId)>
@@ -535,7 +538,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let own = (crate::policy::address_of(self), keyed_lock_id(key));
+        let own = (crate::policy::address_of(self), key_id);
         let now = self.clock.now();
         if let Some(result) = self
             .map

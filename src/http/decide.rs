@@ -227,28 +227,29 @@ fn decide_tier(
     parts: &Parts,
     report_allowed: bool,
 ) -> Verdict {
+    // Each rule's matcher runs once.
+    let applying: SmallVec<[(usize, &Rule); INLINE]> = tier.applying(parts).collect();
     // An async rule stands alone in its tier (the builder refuses it beside
     // others): its store cannot take part in an all-or-nothing decision.
-    if let Some(rule) = tier.applying(parts).next() {
+    if let Some((_, rule)) = applying.first() {
         if let RuleLimiter::Async(backend) = &rule.limiter {
             let cost = rule.cost_of(parts);
             return pending(tier, rule, &**backend, key, cost, report_allowed);
         }
     }
-    if tier.applying(parts).any(|rule| rule.by_handler) {
+    if applying.iter().any(|(_, rule)| rule.by_handler) {
         return Verdict::Deferred(Box::new(Deferred {
             tier: at,
             key: key.into_owned(),
-            rules: tier
-                .rules
+            rules: applying
                 .iter()
-                .enumerate()
-                .filter(|(_, rule)| rule.applies(parts))
-                .map(|(i, rule)| (i, (!rule.by_handler).then(|| rule.cost_of(parts))))
+                .map(|&(i, rule)| (i, (!rule.by_handler).then(|| rule.cost_of(parts))))
                 .collect(),
         }));
     }
-    let rules = tier.applying(parts).map(|rule| (rule, rule.cost_of(parts)));
+    let rules = applying
+        .iter()
+        .map(|&(_, rule)| (rule, rule.cost_of(parts)));
     decide_rules(tier, rules, key.as_str(), report_allowed)
 }
 
@@ -259,12 +260,15 @@ pub(crate) fn decide_rules<'a>(
     key: &'a str,
     report_allowed: bool,
 ) -> Verdict {
+    // Hashed once for every rule.
+    let key_id = crate::stripes::keyed_lock_id(key);
     let members: SmallVec<[Bound<'_>; INLINE]> = rules
         .filter_map(|(rule, cost)| match &rule.limiter {
             RuleLimiter::Sync(backend) => Some(Bound {
                 rule,
                 backend: &**backend,
                 key,
+                key_id,
                 cost,
             }),
             RuleLimiter::Async(_) => None,
@@ -312,6 +316,8 @@ struct Bound<'a> {
     rule: &'a Rule,
     backend: &'a dyn Backend,
     key: &'a str,
+    /// The key's lock id.
+    key_id: u64,
     cost: u32,
 }
 
@@ -321,11 +327,11 @@ impl Member for Bound<'_> {
     }
 
     fn lock_id(&self) -> u64 {
-        self.backend.lock_id(self.key)
+        self.backend.lock_id(self.key, self.key_id)
     }
 
     fn reserve(&self, cost: u32, held: u64) -> Held<(Decision, StateId)> {
-        self.backend.reserve_held(self.key, cost, held)
+        self.backend.reserve_held(self.key, self.key_id, cost, held)
     }
 
     fn check(&self, cost: u32, held: u64) -> Held<Decision> {

@@ -111,10 +111,10 @@ impl Backend for SyncPolicy {
         self.0.quota_of(key)
     }
 
-    fn lock_id(&self, key: &str) -> u64 {
+    fn lock_id(&self, _key: &str, key_id: u64) -> u64 {
         // One key's state, one lock, as for a keyed limiter: clients are
         // not serialized on one stripe.
-        crate::stripes::keyed_lock_id(key)
+        key_id
     }
 }
 

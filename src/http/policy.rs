@@ -50,9 +50,12 @@ pub trait Backend: Send + Sync + 'static {
     /// state. The default, the backend's address, is right for one state
     /// for every key (a [`RateLimiter`]); a backend with a state per key
     /// returns one per key, the same whichever handle checks it.
+    ///
+    /// `key_id` is the key's own lock id, computed once per request for
+    /// every rule: a backend with a state per key returns it.
     #[doc(hidden)]
-    fn lock_id(&self, key: &str) -> u64 {
-        let _ = key;
+    fn lock_id(&self, key: &str, key_id: u64) -> u64 {
+        let _ = (key, key_id);
         crate::policy::address_of(self) as u64
     }
 
@@ -63,11 +66,12 @@ pub trait Backend: Send + Sync + 'static {
     fn reserve_held(
         &self,
         key: &str,
+        key_id: u64,
         cost: u32,
         held: u64,
     ) -> Held<(Decision, crate::policy::StateId)> {
         let _ = held;
-        let state = (crate::policy::address_of(self), self.lock_id(key));
+        let state = (crate::policy::address_of(self), self.lock_id(key, key_id));
         Held::Decided(self.peek_n(key, cost).map(|d| (d, state)))
     }
 
@@ -99,19 +103,20 @@ where
         *KeyedRateLimiter::quota(self)
     }
 
-    fn lock_id(&self, key: &str) -> u64 {
+    fn lock_id(&self, _key: &str, key_id: u64) -> u64 {
         // As `KeyedLimit` does: one key's state, one lock, whichever
         // handle checks it (and one for the key's rules together).
-        crate::stripes::keyed_lock_id(key)
+        key_id
     }
 
     fn reserve_held(
         &self,
         key: &str,
+        key_id: u64,
         cost: u32,
         held: u64,
     ) -> Held<(Decision, crate::policy::StateId)> {
-        KeyedRateLimiter::reserve_held(self, key, cost, held)
+        KeyedRateLimiter::reserve_held(self, key, key_id, cost, held)
     }
 
     fn check_held(&self, key: &str, cost: u32, held: u64) -> Held<Decision> {
@@ -615,9 +620,15 @@ impl Tier {
     }
 
     /// The rules that apply to the request whose head is `parts`, in the
-    /// tier's order.
-    pub(crate) fn applying<'a>(&'a self, parts: &'a Parts) -> impl Iterator<Item = &'a Rule> {
-        self.rules.iter().filter(|rule| rule.applies(parts))
+    /// tier's order, with their places in the tier.
+    pub(crate) fn applying<'a>(
+        &'a self,
+        parts: &'a Parts,
+    ) -> impl Iterator<Item = (usize, &'a Rule)> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| rule.applies(parts))
     }
 
     /// The tier's name.

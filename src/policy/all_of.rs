@@ -176,7 +176,8 @@ where
     }
 
     fn reserve_held(&self, cost: u32, held: u64) -> Held<(Decision, StateId)> {
-        self.limiter.reserve_held(&self.key, cost, held)
+        self.limiter
+            .reserve_held(&self.key, keyed_lock_id(&self.key), cost, held)
     }
 
     fn check_held(&self, cost: u32, held: u64) -> Held<Decision> {
