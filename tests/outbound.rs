@@ -311,3 +311,22 @@ fn a_guard_refuses_policies_it_cannot_apply() {
     assert!(error(&[]).to_string().contains("at least one policy"));
     assert!(OutboundLimiter::from_policies(&file, &["ok"]).is_ok());
 }
+
+/// An advertised policy's window paces the next call by at most the
+/// maximum pause, however long the window.
+#[tokio::test(start_paused = true)]
+async fn an_advertised_policy_paces_by_at_most_the_maximum_pause() {
+    let g = Arc::new(
+        OutboundLimiter::with_clock(
+            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
+            TokioClock::new(),
+        )
+        .with_max_pause(Duration::from_secs(2)),
+    );
+    g.observe(&answer(
+        200,
+        &[("RateLimit-Policy", r#""p";q=1;w=99999999999999999999"#)],
+    ));
+    let t = admissions(&g, 2).await;
+    assert_eq!(t, vec![0, 2000]);
+}

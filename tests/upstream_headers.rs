@@ -194,3 +194,46 @@ fn http_header_maps_plug_in() {
         }]
     );
 }
+
+/// Two `Retry-After` fields: the longest wait counts, whichever came last.
+#[test]
+fn duplicated_retry_after_takes_the_longest() {
+    for pairs in [
+        [("Retry-After", "120"), ("Retry-After", "1")],
+        [("Retry-After", "1"), ("Retry-After", "120")],
+    ] {
+        let s = UpstreamSignal::from_pairs(429, pairs, at(NOW));
+        assert_eq!(s.retry_after(), Some(Duration::from_secs(120)));
+    }
+}
+
+/// One bad item in `RateLimit` is skipped and reported; the valid ones
+/// still count.
+#[test]
+fn a_bad_ratelimit_item_keeps_the_others() {
+    let s = UpstreamSignal::from_pairs(
+        200,
+        [("RateLimit", "\"a\";r=0;t=10, \"b\";r=-1;t=5")],
+        at(NOW),
+    );
+    assert_eq!(s.remaining(), Some(0));
+    assert_eq!(s.reset_after(), Some(Duration::from_secs(10)));
+    assert_eq!(s.errors(), [HeaderError::Negative { name: "ratelimit" }]);
+}
+
+/// A Unix reset in milliseconds is read as milliseconds, not as a time
+/// thousands of years away.
+#[test]
+fn a_unix_reset_in_milliseconds() {
+    let s = UpstreamSignal::from_pairs(
+        429,
+        [
+            ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", "1700000030000"),
+        ],
+        at(NOW),
+    );
+    assert_eq!(s.reset_after(), Some(Duration::from_secs(30)));
+    let s = UpstreamSignal::from_pairs(429, [("X-RateLimit-Reset", "1700000030")], at(NOW));
+    assert_eq!(s.reset_after(), Some(Duration::from_secs(30)));
+}

@@ -289,7 +289,9 @@ impl<C: Clock> OutboundLimiter<C> {
             if let Some((quota, window)) = signal.policy() {
                 throttle.on_policy(quota, window);
             }
-            throttle.gap()
+            // A pacing gap is a pause between two requests: capped as
+            // every pause is, whatever window a policy advertises.
+            throttle.gap().min(self.max_pause)
         };
         // Relaxed: a pacing parameter; a head that reads the previous value
         // paces one request by it.

@@ -91,6 +91,10 @@ pub struct UpstreamSignal {
 /// wait 31 years, and no reset lies before 2001.
 pub const UNIX_TIME_THRESHOLD: u64 = 1_000_000_000;
 
+/// Unix times at or above this are in milliseconds: in seconds it would
+/// be a date past the year 5000, in milliseconds one after March 1973.
+const UNIX_MILLIS_THRESHOLD: u64 = 100_000_000_000;
+
 const NAMES: [&str; 9] = [
     "retry-after",
     "x-ratelimit-remaining",
@@ -145,7 +149,9 @@ impl UpstreamSignal {
 
     fn read(&mut self, name: &'static str, value: &str, now: SystemTime) {
         let result = match name {
-            "retry-after" => parse_retry_after(value, now).map(|d| self.retry_after = Some(d)),
+            // Several fields: the longest wait, the most conservative.
+            "retry-after" => parse_retry_after(value, now)
+                .map(|d| self.retry_after = Some(self.retry_after.map_or(d, |r| r.max(d)))),
             "x-ratelimit-remaining" | "ratelimit-remaining" | "x-rate-limit-remaining" => {
                 parse_count(name, value).map(|n| self.set_remaining(n))
             }
@@ -173,7 +179,8 @@ impl UpstreamSignal {
     /// `RateLimit`: for each listed limit, its remaining quota (`r`, or
     /// draft 07's `remaining`) and reset (`t`, or `reset`). The most
     /// exhausted limit wins: the smallest remaining, and among the
-    /// exhausted ones the latest reset.
+    /// exhausted ones the latest reset. An item with a bad parameter is
+    /// skipped (and reported); the others still count.
     fn read_ratelimit(&mut self, value: &str) -> Result<(), HeaderError> {
         const NAME: &str = "ratelimit";
         let mut items: Vec<(Option<u64>, Option<Duration>)> = Vec::new();
@@ -181,20 +188,25 @@ impl UpstreamSignal {
         for item in value.split(',') {
             let mut r = None;
             let mut t = None;
-            for param in item.split(';').map(str::trim) {
-                let Some((key, v)) = param.split_once('=') else {
-                    continue; // the limit's name
-                };
-                match key.trim() {
-                    "r" => r = Some(parse_count(NAME, v)?),
-                    "t" => t = Some(parse_seconds(NAME, v)?),
-                    "remaining" => draft7.0 = Some(parse_count(NAME, v)?),
-                    "reset" => draft7.1 = Some(parse_seconds(NAME, v)?),
-                    _ => {}
+            let mut parsed = || -> Result<(), HeaderError> {
+                for param in item.split(';').map(str::trim) {
+                    let Some((key, v)) = param.split_once('=') else {
+                        continue; // the limit's name
+                    };
+                    match key.trim() {
+                        "r" => r = Some(parse_count(NAME, v)?),
+                        "t" => t = Some(parse_seconds(NAME, v)?),
+                        "remaining" => draft7.0 = Some(parse_count(NAME, v)?),
+                        "reset" => draft7.1 = Some(parse_seconds(NAME, v)?),
+                        _ => {}
+                    }
                 }
-            }
-            if r.is_some() || t.is_some() {
-                items.push((r, t));
+                Ok(())
+            };
+            match parsed() {
+                Ok(()) if r.is_some() || t.is_some() => items.push((r, t)),
+                Ok(()) => {}
+                Err(e) => self.errors.push(e),
             }
         }
         if draft7 != (None, None) {
@@ -357,10 +369,14 @@ fn parse_seconds(name: &'static str, value: &str) -> Result<Duration, HeaderErro
 }
 
 /// `X-RateLimit-Reset`: a Unix time in seconds (at or above
-/// [`UNIX_TIME_THRESHOLD`]) or seconds from now. A time in the past is a
+/// [`UNIX_TIME_THRESHOLD`]) or milliseconds (at or above
+/// `UNIX_MILLIS_THRESHOLD`), or seconds from now. A time in the past is a
 /// reset already passed: zero.
 fn parse_reset(name: &'static str, value: &str, now: SystemTime) -> Result<Duration, HeaderError> {
-    let secs = parse_seconds(name, value)?;
+    let mut secs = parse_seconds(name, value)?;
+    if secs.as_secs() >= UNIX_MILLIS_THRESHOLD {
+        secs /= 1000;
+    }
     if secs.as_secs() >= UNIX_TIME_THRESHOLD {
         let at = UNIX_EPOCH
             .checked_add(secs)
