@@ -9,7 +9,11 @@ use std::str::FromStr;
 ///
 /// IPv4-mapped IPv6 addresses (`::ffff:10.1.2.3`, which a dual-stack
 /// socket reports for IPv4 peers) are compared as the IPv4 address they
-/// carry.
+/// carry. An IPv4-mapped range is the IPv4 range it maps:
+/// `::ffff:10.0.0.0/104` is `10.0.0.0/8` (its prefix counts all 128 bits,
+/// the 96 of `::ffff:` first, so it is 96 to 128). A mapped address with a
+/// shorter prefix is refused: that range would reach past the IPv4-mapped
+/// block into IPv6 addresses that are not IPv4 ones.
 ///
 /// # Examples
 ///
@@ -20,6 +24,10 @@ use std::str::FromStr;
 /// assert!(private.contains("10.20.30.40".parse()?));
 /// assert!(private.contains("::ffff:10.1.2.3".parse()?));
 /// assert!(!private.contains("11.0.0.1".parse()?));
+/// // An IPv4-mapped range is the IPv4 range it maps.
+/// let mapped: Cidr = "::ffff:10.0.0.0/104".parse()?;
+/// assert_eq!(mapped, private);
+/// assert!(mapped.contains("10.1.2.3".parse()?));
 /// let one: Cidr = "2001:db8::1".parse()?; // a bare address is /128
 /// assert_eq!(one.prefix(), 128);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -37,7 +45,8 @@ pub enum CidrError {
     /// The part before `/` is not an IP address.
     BadAddress(String),
     /// The prefix is not a number, or longer than the address (32 bits for
-    /// IPv4, 128 for IPv6).
+    /// IPv4, 128 for IPv6), or shorter than 96 for an IPv4-mapped IPv6
+    /// address (`::ffff:a.b.c.d`).
     BadPrefix(String),
 }
 
@@ -47,7 +56,9 @@ impl fmt::Display for CidrError {
             CidrError::BadAddress(s) => write!(f, "not an IP address: {s:?}"),
             CidrError::BadPrefix(s) => write!(
                 f,
-                "bad prefix length {s:?} (at most 32 for IPv4, 128 for IPv6)"
+                "bad prefix length {s:?} (at most 32 for IPv4 and 128 for IPv6; \
+                 96 to 128 for an IPv4-mapped IPv6 address, ::ffff:a.b.c.d, \
+                 which is the IPv4 range of the prefix less 96)"
             ),
         }
     }
@@ -58,11 +69,24 @@ impl std::error::Error for CidrError {}
 impl Cidr {
     /// The range of `addr`'s first `prefix` bits.
     ///
+    /// An IPv4-mapped IPv6 `addr` (`::ffff:10.0.0.0`) with `prefix` 96 to
+    /// 128 is the IPv4 range of its last `prefix - 96` bits
+    /// (`10.0.0.0/8` for 104).
+    ///
     /// # Errors
     ///
-    /// [`CidrError::BadPrefix`] when `prefix` is longer than the address.
+    /// [`CidrError::BadPrefix`] when `prefix` is longer than the address,
+    /// or shorter than 96 for an IPv4-mapped IPv6 address.
     pub fn new(addr: IpAddr, prefix: u8) -> Result<Cidr, CidrError> {
-        let addr = addr.to_canonical();
+        let (addr, prefix) = match addr {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                // The mapped block's 96 bits, then an IPv4 prefix.
+                Some(v4) if (96..=128).contains(&prefix) => (IpAddr::V4(v4), prefix - 96),
+                Some(_) => return Err(CidrError::BadPrefix(prefix.to_string())),
+                None => (addr, prefix),
+            },
+            IpAddr::V4(_) => (addr, prefix),
+        };
         if prefix > max_prefix(addr) {
             return Err(CidrError::BadPrefix(prefix.to_string()));
         }
@@ -117,7 +141,8 @@ impl FromStr for Cidr {
             .parse()
             .map_err(|_| CidrError::BadAddress(addr.to_string()))?;
         let prefix = match prefix {
-            None => max_prefix(addr.to_canonical()),
+            // All of the address as written (128 for an IPv4-mapped one).
+            None => max_prefix(addr),
             Some(p) => p
                 .trim()
                 .parse()
@@ -195,6 +220,54 @@ mod tests {
         ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn ipv4_mapped_ranges_are_their_ipv4_range() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mapped: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(mapped, "10.0.0.0/8".parse().unwrap());
+        assert_eq!(mapped.to_string(), "10.0.0.0/8");
+        assert_eq!(mapped.prefix(), 8);
+        assert!(mapped.contains(ip("10.1.2.3")));
+        assert!(mapped.contains(ip("::ffff:10.1.2.3")));
+        assert!(!mapped.contains(ip("11.0.0.1")));
+        assert!(!mapped.contains(ip("::ffff:11.0.0.1")));
+        assert!(!mapped.contains(ip("::a01:203")));
+        for (text, v4) in [
+            ("::ffff:10.1.2.3", "10.1.2.3/32"),
+            ("::ffff:10.1.2.3/128", "10.1.2.3/32"),
+            ("::ffff:10.1.2.3/120", "10.1.2.0/24"),
+            ("::ffff:255.255.255.255/96", "0.0.0.0/0"),
+            ("::FFFF:0a01:0203/112", "10.1.0.0/16"),
+        ] {
+            assert_eq!(
+                text.parse::<Cidr>().unwrap(),
+                v4.parse::<Cidr>().unwrap(),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            Cidr::new(ip("::ffff:192.168.1.7"), 120).unwrap(),
+            "192.168.1.0/24".parse().unwrap()
+        );
+        // Shorter than the mapped block: refused, and the message says why.
+        for bad in [
+            "::ffff:10.0.0.0/95",
+            "::ffff:10.0.0.0/8",
+            "::ffff:0.0.0.0/0",
+        ] {
+            let err = bad.parse::<Cidr>().unwrap_err();
+            assert!(matches!(err, CidrError::BadPrefix(_)), "{bad}");
+            assert!(err.to_string().contains("96 to 128"), "{bad}: {err}");
+        }
+        assert!("::ffff:10.0.0.0/129".parse::<Cidr>().is_err());
+        assert!(Cidr::new(ip("::ffff:10.0.0.0"), 8).is_err());
+        // Not mapped: IPv6 ranges as before (`::/96` holds IPv4-compatible
+        // addresses, which are not canonicalised).
+        let compat: Cidr = "::10.0.0.0/104".parse().unwrap();
+        assert_eq!(compat.to_string(), "::a00:0/104");
+        assert!(!compat.contains(ip("10.1.2.3")));
     }
 
     #[test]

@@ -51,12 +51,26 @@ const MAX_HOPS: usize = 32;
 /// The peer address (the TCP connection's) is the client unless the peer
 /// is a trusted proxy. Then the configured [`ForwardedHeader`] is walked
 /// from the right, skipping trusted proxies: the right-most address that is
-/// not a trusted proxy is the client. Addresses left of it were written by
-/// the client itself and are ignored, so a client that sends its own
-/// `X-Forwarded-For` cannot pick its key. When a hop the trusted proxies
-/// wrote cannot be parsed (`unknown`, an obfuscated `_name`, garbage), the
-/// last trusted hop is the key: those clients share a limit rather than
-/// choose one.
+/// not a trusted proxy is the client. The header's lines are split on
+/// commas (quotes do not group), and each element is parsed on its own,
+/// from its bytes. Elements left of the client's were written by the
+/// client itself and are ignored, whatever they hold (forged addresses,
+/// bytes that are not ASCII, an unterminated quote): a client that sends
+/// its own `X-Forwarded-For` can neither pick its key nor hide the address
+/// the proxy appended after it.
+///
+/// Every element the walk parses was written by a trusted proxy, not by
+/// the client: the peer appended the address of the connection it
+/// received, and so did each trusted hop before it. When such an element
+/// cannot be parsed (`unknown`, an obfuscated `_name`, garbage, empty),
+/// the last trusted hop is the key: those requests share that proxy's
+/// limit rather than choose one. A client cannot cause this; the proxy's
+/// configuration does, and it must append the address it saw, e.g.
+/// nginx's `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`
+/// (or `proxy_set_header X-Real-IP $remote_addr;` with
+/// [`ForwardedHeader::XRealIp`]). Trust no proxy that passes the client's
+/// header on without appending to it: the element read as the client's
+/// address would be the client's own.
 ///
 /// IPv6 clients are grouped by their first 64 bits by default (one
 /// customer usually holds a whole /64, and can rotate addresses in it at
@@ -177,28 +191,34 @@ impl ClientIp {
     }
 
     /// The forwarding header's walk, from `peer` (canonical, trusted).
+    ///
+    /// Each line is split into elements on its bytes and each element is
+    /// parsed on its own: what the client wrote (left of the element the
+    /// proxy appended) may be anything, non-UTF-8 included, and never
+    /// hides the elements right of it.
     #[inline(never)]
     fn walk(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let mut last_trusted = peer;
         let mut hops = 0;
         // Later header lines were appended later (nearer to us): walk the
-        // lines from the last, and each line's entries from the right.
+        // lines from the last, and each line's elements from the right.
+        // Commas split elements even inside quotes: a client's unterminated
+        // quote must not swallow the element the proxy appended after it.
         for line in headers.get_all(self.header.name()).iter().rev() {
-            let Ok(line) = line.to_str() else {
-                return last_trusted;
-            };
-            for entry in line.rsplit(',') {
+            for element in line.as_bytes().rsplit(|&b| b == b',') {
                 hops += 1;
                 if hops > MAX_HOPS {
                     return last_trusted;
                 }
                 let parsed = match self.header {
-                    ForwardedHeader::Forwarded => forwarded_for(entry),
-                    _ => parse_addr(entry),
+                    ForwardedHeader::Forwarded => forwarded_for(element),
+                    _ => parse_addr(element),
                 };
                 match parsed {
                     Some(ip) if !self.trusts(ip) => return ip,
                     Some(ip) => last_trusted = ip,
+                    // Written by a trusted proxy (the walk has not passed an
+                    // untrusted hop): see the type's docs.
                     None => return last_trusted,
                 }
             }
@@ -244,10 +264,11 @@ impl ClientIp {
 }
 
 /// An address as proxies write it in `X-Forwarded-For`: `1.2.3.4`,
-/// `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]:80`, with spaces around;
-/// `None` for anything else.
-fn parse_addr(entry: &str) -> Option<IpAddr> {
-    let entry = entry.trim();
+/// `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]:80`, with ASCII whitespace
+/// around; `None` for anything else (bytes that are not ASCII included).
+fn parse_addr(entry: &[u8]) -> Option<IpAddr> {
+    // An address is ASCII: anything else is a malformed element.
+    let entry = std::str::from_utf8(entry.trim_ascii()).ok()?;
     if let Ok(ip) = entry.parse::<IpAddr>() {
         return Some(ip.to_canonical());
     }
@@ -266,17 +287,20 @@ fn parse_addr(entry: &str) -> Option<IpAddr> {
 
 /// The `for=` address of one RFC 7239 `Forwarded` element
 /// (`for=192.0.2.60;proto=http;by=203.0.113.43`), `None` when it has none
-/// or it is `unknown`, an obfuscated identifier or not an address.
-fn forwarded_for(element: &str) -> Option<IpAddr> {
-    element.split(';').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        if !name.trim().eq_ignore_ascii_case("for") {
+/// or it is `unknown`, an obfuscated identifier or not an address. Read
+/// from the bytes: another parameter's value that is not ASCII does not
+/// hide `for=`.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    element.split(|&b| b == b';').find_map(|pair| {
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let (name, value) = (&pair[..eq], &pair[eq + 1..]);
+        if !name.trim_ascii().eq_ignore_ascii_case(b"for") {
             return None;
         }
-        let value = value.trim();
+        let value = value.trim_ascii();
         let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
+            .strip_prefix(b"\"")
+            .and_then(|v| v.strip_suffix(b"\""))
             .unwrap_or(value);
         parse_addr(value)
     })
@@ -368,11 +392,11 @@ mod tests {
 
     #[test]
     fn parse_addr_forms() {
-        assert_eq!(parse_addr(" 1.2.3.4 "), Some(ip("1.2.3.4")));
-        assert_eq!(parse_addr("1.2.3.4:8080"), Some(ip("1.2.3.4")));
-        assert_eq!(parse_addr("[2001:db8::1]:443"), Some(ip("2001:db8::1")));
-        assert_eq!(parse_addr("[2001:db8::1]"), Some(ip("2001:db8::1")));
-        assert_eq!(parse_addr("::ffff:1.2.3.4"), Some(ip("1.2.3.4")));
+        assert_eq!(parse_addr(b" 1.2.3.4 "), Some(ip("1.2.3.4")));
+        assert_eq!(parse_addr(b"1.2.3.4:8080"), Some(ip("1.2.3.4")));
+        assert_eq!(parse_addr(b"[2001:db8::1]:443"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_addr(b"[2001:db8::1]"), Some(ip("2001:db8::1")));
+        assert_eq!(parse_addr(b"::ffff:1.2.3.4"), Some(ip("1.2.3.4")));
         for bad in [
             "",
             "unknown",
@@ -381,23 +405,176 @@ mod tests {
             "[::1]x",
             "[::1",
             "1.2.3",
+            "café",
+            "1.2.3.4\u{a0}",
+            "\"1.2.3.4",
         ] {
-            assert_eq!(parse_addr(bad), None, "{bad}");
+            assert_eq!(parse_addr(bad.as_bytes()), None, "{bad}");
         }
+        assert_eq!(parse_addr(b"\xff"), None);
+        assert_eq!(parse_addr(b"1.2.3.4\xff"), None);
+        assert_eq!(parse_addr(b"\t1.2.3.4 "), Some(ip("1.2.3.4")));
     }
 
     #[test]
     fn forwarded_elements() {
         assert_eq!(
-            forwarded_for(r#"proto=https;For="[2001:db8:cafe::17]:4711""#),
+            forwarded_for(br#"proto=https;For="[2001:db8:cafe::17]:4711""#),
             Some(ip("2001:db8:cafe::17"))
         );
         assert_eq!(
-            forwarded_for("for=192.0.2.60;by=10.0.0.1"),
+            forwarded_for(b"for=192.0.2.60;by=10.0.0.1"),
             Some(ip("192.0.2.60"))
         );
-        assert_eq!(forwarded_for("for=unknown"), None);
-        assert_eq!(forwarded_for("by=10.0.0.1"), None);
+        assert_eq!(forwarded_for(b"for=unknown"), None);
+        assert_eq!(forwarded_for(b"by=10.0.0.1"), None);
+        assert_eq!(forwarded_for(b"for=\xff"), None);
+        assert_eq!(forwarded_for(br#"for="1.2.3.4"#), None);
+        // Another parameter's bytes do not hide `for=`.
+        assert_eq!(
+            forwarded_for(b"by=\xff;for=192.0.2.60;x=caf\xc3\xa9"),
+            Some(ip("192.0.2.60"))
+        );
+    }
+
+    /// A header of raw lines, bytes as a client may send them.
+    fn raw(name: &'static str, lines: &[&[u8]]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for line in lines {
+            map.append(name, http::HeaderValue::from_bytes(line).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn client_written_bytes_never_hide_the_proxys_element() {
+        let peer = ip("10.0.0.1");
+        let client = ip("203.0.113.9");
+        let xff = ClientIp::new().trust_proxies(["10.0.0.0/8"]).unwrap();
+        let fwd = xff.clone().header(ForwardedHeader::Forwarded);
+        let real = xff.clone().header(ForwardedHeader::XRealIp);
+        let cases: [(&ClientIp, &str, &[&[u8]]); 16] = [
+            (&xff, "x-forwarded-for", &[b"\xff, 203.0.113.9"]),
+            (&xff, "x-forwarded-for", &["café, 203.0.113.9".as_bytes()]),
+            (&xff, "x-forwarded-for", &[b"\xff,203.0.113.9, 10.0.0.6"]),
+            (&xff, "x-forwarded-for", &[b"\"1.2.3.4, 203.0.113.9"]),
+            (
+                &xff,
+                "x-forwarded-for",
+                &[b"6.6.6.6, , \xff\xfe, 203.0.113.9"],
+            ),
+            (&xff, "x-forwarded-for", &[b"\xff", b"203.0.113.9"]),
+            (
+                &xff,
+                "x-forwarded-for",
+                &[
+                    b"6.6.6.6, caf\xc3\xa9",
+                    b"203.0.113.9, 10.0.0.6",
+                    b"10.0.0.7",
+                ],
+            ),
+            (&fwd, "forwarded", &[b"for=\xff, for=203.0.113.9"]),
+            (&fwd, "forwarded", &[b"for=\"1.2.3.4, for=203.0.113.9"]),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=\"[2001:db8::1, for=203.0.113.9;proto=https"],
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=\"\xff\", for=\"203.0.113.9:4711\""],
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=\"1.2.3.4", b"for=203.0.113.9, for=10.0.0.6"],
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=1.2.3.4;by=\xff, for=203.0.113.9"],
+            ),
+            (&real, "x-real-ip", &[b"\xff", b"203.0.113.9"]),
+            (&real, "x-real-ip", &[b"caf\xc3\xa9, 203.0.113.9"]),
+            (&real, "x-real-ip", &[b"203.0.113.9"]),
+        ];
+        for (client_ip, name, lines) in cases {
+            assert_eq!(
+                client_ip.resolve(peer, &raw(name, lines)),
+                client,
+                "{name}: {:?}",
+                lines
+                    .iter()
+                    .map(|l| l.escape_ascii().to_string())
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn a_malformed_element_from_the_proxy_is_the_last_trusted_hop() {
+        let peer = ip("10.0.0.1");
+        let xff = ClientIp::new().trust_proxies(["10.0.0.0/8"]).unwrap();
+        let fwd = xff.clone().header(ForwardedHeader::Forwarded);
+        let cases: [(&ClientIp, &str, &[&[u8]], &str); 10] = [
+            (&xff, "x-forwarded-for", &[b"203.0.113.9, \xff"], "10.0.0.1"),
+            (
+                &xff,
+                "x-forwarded-for",
+                &[b"203.0.113.9, unknown, 10.0.0.6"],
+                "10.0.0.6",
+            ),
+            (&xff, "x-forwarded-for", &[b"203.0.113.9,"], "10.0.0.1"),
+            (&xff, "x-forwarded-for", &[b"203.0.113.9", b""], "10.0.0.1"),
+            (
+                &xff,
+                "x-forwarded-for",
+                &[b"203.0.113.9", b"_x, 10.0.0.6"],
+                "10.0.0.6",
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=203.0.113.9, for=unknown"],
+                "10.0.0.1",
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=203.0.113.9, for=_hidden"],
+                "10.0.0.1",
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=203.0.113.9, by=10.0.0.6"],
+                "10.0.0.1",
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=203.0.113.9, for=\"1.2.3.4"],
+                "10.0.0.1",
+            ),
+            (
+                &fwd,
+                "forwarded",
+                &[b"for=203.0.113.9, for=\xff, for=10.0.0.6"],
+                "10.0.0.6",
+            ),
+        ];
+        for (client_ip, name, lines, want) in cases {
+            assert_eq!(
+                client_ip.resolve(peer, &raw(name, lines)),
+                ip(want),
+                "{name}: {:?}",
+                lines
+                    .iter()
+                    .map(|l| l.escape_ascii().to_string())
+                    .collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]
