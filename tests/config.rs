@@ -8,7 +8,10 @@
 mod redis_server;
 
 use rategate::policy::TierId;
-use rategate::policy::config::{Backend, KeyKind, PolicyFile, PolicyLimiter, StoreDownConfig};
+use rategate::policy::config::{
+    Backend, Backends, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, KeyKind, PolicyFile,
+    PolicyLimiter, StoreDownConfig,
+};
 use rategate::{AlgorithmKind, ManualClock, Quota};
 use std::time::Duration;
 
@@ -80,7 +83,8 @@ fn a_file_loads_with_every_field() {
     assert_eq!(
         api.backend,
         Backend::Memory {
-            max_keys: Some(1000)
+            max_keys: Some(1000),
+            sweep_interval: None,
         }
     );
     assert!(!api.shadow);
@@ -89,7 +93,13 @@ fn a_file_loads_with_every_field() {
         (login.algorithm, &login.key, login.shadow),
         (AlgorithmKind::LeakyBucket, &KeyKind::Ip, true)
     );
-    assert_eq!(login.backend, Backend::Memory { max_keys: None });
+    assert_eq!(
+        login.backend,
+        Backend::Memory {
+            max_keys: None,
+            sweep_interval: None
+        }
+    );
 }
 
 #[test]
@@ -267,6 +277,36 @@ fn bad_files_name_the_policy_and_the_field() {
             "whole number",
         ),
         (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", max_keys = 0 }",
+            Some("d"),
+            Some("backend.max_keys"),
+            "at least 1",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", max_keys = 4294967296 }",
+            Some("d"),
+            Some("backend.max_keys"),
+            "at most 4294967295",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", sweep_interval_ms = 0 }",
+            Some("d"),
+            Some("backend.sweep_interval_ms"),
+            "at least 1 ms",
+        ),
+        (
+            "[policies.c]\nquota = \"10/s\"\nkey = \"header:Authorization\"",
+            Some("c"),
+            Some("key"),
+            "key = \"bearer\"",
+        ),
+        (
+            "[policies.c]\nquota = \"10/s\"\nkey = \"\"",
+            Some("c"),
+            Some("key"),
+            "\"bearer\"",
+        ),
+        (
             "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"leased\", url = \"redis://x\", interval_ms = 0 }",
             Some("d"),
             Some("backend.interval_ms"),
@@ -296,6 +336,220 @@ fn bad_files_name_the_policy_and_the_field() {
             );
         }
     }
+}
+
+/// The README's policy-file example: a header key and no backend line.
+const README_EXAMPLE: &str = r#"
+[policies.api]
+algorithm = "sliding_window_counter"
+quota = "100/m burst=20"
+key = "header:x-api-key"
+
+[policies.api.tiers]
+signed_in = "5000/h"
+
+[policies.api.overrides]
+"partner-key" = "signed_in"
+"#;
+
+fn build(policy: &rategate::policy::config::Policy) -> PolicyLimiter {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(PolicyLimiter::build(
+        policy,
+        Box::new(|_: &str| TierId::DEFAULT),
+    ))
+    .unwrap()
+}
+
+/// Each tier's key cap, through the built limiter.
+fn caps(limiter: &PolicyLimiter) -> Vec<Option<usize>> {
+    let Backends::Memory(tiers) = limiter.backends() else {
+        panic!("a memory policy");
+    };
+    tiers
+        .tiers()
+        .iter()
+        .map(|t| t.limiter().max_keys())
+        .collect()
+}
+
+#[test]
+fn a_policy_without_a_backend_line_caps_every_tiers_keys_by_default() {
+    assert_eq!(DEFAULT_MAX_KEYS, 1_000_000);
+    let file = PolicyFile::from_toml(README_EXAMPLE).unwrap();
+    let limiter = build(file.policy("api").unwrap());
+    // Both tiers, the default and signed_in, capped.
+    assert_eq!(caps(&limiter), [Some(DEFAULT_MAX_KEYS); 2]);
+    // `backend = "memory"` without a table: the same.
+    let file =
+        PolicyFile::from_toml("[policies.a]\nquota = \"1/s\"\nkey = \"ip\"\nbackend = \"memory\"")
+            .unwrap();
+    assert_eq!(caps(&build(file.policy("a").unwrap())), [Some(1_000_000)]);
+}
+
+#[test]
+fn a_cap_from_the_file_bounds_distinct_keys_in_every_tier() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.api]
+        quota = "5/h"
+        key = "header:x-api-key"
+        backend = { kind = "memory", max_keys = 1000 }
+        [policies.api.tiers]
+        gold = "50/h"
+        "#,
+    )
+    .unwrap();
+    let limiter = build(file.policy("api").unwrap());
+    assert_eq!(caps(&limiter), [Some(1000); 2]);
+    // 3,000 invented keys from one client: 1,000 tracked, the other 2,000
+    // share one overflow state at the quota (5 admitted among them).
+    let admitted = (0..3000)
+        .filter(|i| {
+            limiter
+                .try_check_n(&format!("invented-{i}"), 1)
+                .unwrap()
+                .unwrap()
+                .admit()
+        })
+        .count();
+    assert_eq!(limiter.record_live_keys(), 1000);
+    assert_eq!(admitted, 1000 + 5);
+    let Backends::Memory(tiers) = limiter.backends() else {
+        panic!("a memory policy");
+    };
+    assert_eq!(tiers.tiers()[0].limiter().overflow_count(), 2000);
+
+    // A tier the resolver picks is capped as well.
+    let policy = file.policy("api").unwrap();
+    let tiers = policy
+        .memory_tiers(ManualClock::new(), Box::new(|_: &str| TierId::new(1)))
+        .unwrap();
+    for i in 0..3000 {
+        tiers.check(&format!("gold-{i}"));
+    }
+    let lens: Vec<_> = tiers.tiers().iter().map(|t| t.limiter().len()).collect();
+    assert_eq!(lens, [0, 1000]);
+}
+
+#[test]
+fn max_keys_zero_is_an_error_naming_the_policy() {
+    let text = "[policies.login]\nquota = \"5/m\"\nbackend = { kind = \"memory\", max_keys = 0 }";
+    let err = PolicyFile::from_toml(text).unwrap_err();
+    assert_eq!(
+        (err.policy(), err.field_name()),
+        (Some("login"), Some("backend.max_keys"))
+    );
+    assert!(err.message().contains("at least 1"), "{err}");
+    assert!(err.to_string().starts_with("policy \"login\""), "{err}");
+
+    // A policy made in code skips the file's checks: building refuses it.
+    let mut policy = PolicyFile::from_toml("[policies.login]\nquota = \"5/m\"")
+        .unwrap()
+        .policy("login")
+        .unwrap()
+        .clone();
+    policy.backend = Backend::Memory {
+        max_keys: Some(0),
+        sweep_interval: None,
+    };
+    let err = policy
+        .memory_tiers(ManualClock::new(), Box::new(|_: &str| TierId::DEFAULT))
+        .unwrap_err();
+    assert_eq!(
+        (err.policy(), err.field_name()),
+        (Some("login"), Some("backend.max_keys"))
+    );
+    policy.backend = Backend::Memory {
+        max_keys: None,
+        sweep_interval: Some(Duration::ZERO),
+    };
+    let err = policy
+        .memory_tiers(ManualClock::new(), Box::new(|_: &str| TierId::DEFAULT))
+        .unwrap_err();
+    assert_eq!(err.field_name(), Some("backend.sweep_interval_ms"));
+}
+
+/// Checks `n` fresh keys once each in the default tier.
+fn touch(tiers: &rategate::policy::config::MemoryTiers<ManualClock>, prefix: &str, n: usize) {
+    for i in 0..n {
+        assert!(tiers.check(&format!("{prefix}-{i}")).is_allowed());
+    }
+}
+
+#[test]
+fn idle_keys_are_swept_by_themselves_every_ten_seconds_by_default() {
+    assert_eq!(DEFAULT_SWEEP_INTERVAL, Duration::from_secs(10));
+    // No backend line; a token bucket of 10/s: a key checked once is full,
+    // so idle, 100 ms later.
+    let file = PolicyFile::from_toml("[policies.api]\nquota = \"10/s\"\nkey = \"ip\"").unwrap();
+    let clock = ManualClock::new();
+    let tiers = file
+        .policy("api")
+        .unwrap()
+        .memory_tiers(clock.clone(), Box::new(|_: &str| TierId::DEFAULT))
+        .unwrap();
+    touch(&tiers, "a", 500);
+    // Idle for almost 9 s, but the first sweep is due at 10 s.
+    clock.advance(Duration::from_secs(9));
+    touch(&tiers, "b", 1);
+    assert_eq!(tiers.len(), 501);
+    // At 10 s the next check sweeps every idle key, without a call to
+    // `sweep`.
+    clock.advance(Duration::from_secs(1));
+    touch(&tiers, "c", 1);
+    assert!(tiers.len() <= 1, "{} keys left", tiers.len());
+}
+
+#[test]
+fn the_sweep_interval_comes_from_the_file() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.api]
+        quota = "10/s"
+        key = "ip"
+        backend = { kind = "memory", sweep_interval_ms = 1000 }
+        "#,
+    )
+    .unwrap();
+    let api = file.policy("api").unwrap();
+    assert_eq!(
+        api.backend,
+        Backend::Memory {
+            max_keys: None,
+            sweep_interval: Some(Duration::from_secs(1)),
+        }
+    );
+    let clock = ManualClock::new();
+    let tiers = api
+        .memory_tiers(clock.clone(), Box::new(|_: &str| TierId::DEFAULT))
+        .unwrap();
+    assert_eq!(
+        tiers.tiers()[0].limiter().max_keys(),
+        Some(DEFAULT_MAX_KEYS)
+    );
+    touch(&tiers, "a", 500);
+    // One token back per 100 ms: full, so idle, after a second; the next
+    // check after the interval sweeps them.
+    clock.advance(Duration::from_millis(1500));
+    touch(&tiers, "b", 1);
+    assert!(tiers.len() <= 1, "{} keys left", tiers.len());
+}
+
+#[test]
+fn bearer_is_a_key_kind() {
+    let file = PolicyFile::from_toml("[policies.signed-in]\nquota = \"5000/h\"\nkey = \"bearer\"")
+        .unwrap();
+    assert_eq!(file.policy("signed-in").unwrap().key, KeyKind::Bearer);
+    // Another header keeps its own kind.
+    let file =
+        PolicyFile::from_toml("[policies.a]\nquota = \"1/s\"\nkey = \"header:X-Token\"").unwrap();
+    assert_eq!(
+        file.policy("a").unwrap().key,
+        KeyKind::Header("x-token".into())
+    );
 }
 
 #[cfg(feature = "redis")]

@@ -3,9 +3,10 @@
 //! enforces exact 429 counts, per-key tier overrides give the tier's quota
 //! in the headers, a shadow policy never answers 429, policies are tried
 //! in the order given, a policy keyed on an application's own name is a
-//! typed error (and works with an explicit extractor), and (feature
-//! `redis`) Redis-backend, synced and leased policies decide behind the
-//! layer against a real `redis-server`.
+//! typed error (and works with an explicit extractor), a `"bearer"` policy
+//! keys each token apart (and `"header:authorization"` points to it), and
+//! (feature `redis`) Redis-backend, synced and leased policies decide
+//! behind the layer against a real `redis-server`.
 
 #[cfg(feature = "redis")]
 #[path = "support/redis_server.rs"]
@@ -347,6 +348,78 @@ async fn a_named_key_kind_is_a_typed_error_and_works_with_an_explicit_extractor(
         replies[0].header("ratelimit-policy"),
         Some(r#""per-user";q=2;w=3600"#)
     );
+}
+
+const SIGNED_IN: &str = r#"
+[policies.signed-in]
+algorithm = "fixed_window"
+quota = "2/h"
+key = "bearer"
+
+[policies.anonymous]
+algorithm = "fixed_window"
+quota = "1/h"
+key = "ip"
+"#;
+
+#[tokio::test]
+async fn a_bearer_policy_keys_each_token_apart() {
+    let file = PolicyFile::from_toml(SIGNED_IN).unwrap();
+    let layer = RateLimitLayer::from_policies(&file, &["signed-in"])
+        .await
+        .unwrap();
+    let mut client = Client::connect(serve(app(layer.clone())).await).await;
+    let alice = [("authorization", "Bearer tok-alice")];
+    assert_eq!(
+        statuses(&send_n(&mut client, 3, &alice).await),
+        [200, 200, 429]
+    );
+    // Another token has its own budget.
+    let bob = send_n(&mut client, 3, &[("authorization", "Bearer tok-bob")]).await;
+    assert_eq!(statuses(&bob), [200, 200, 429]);
+    assert!(
+        bob[2].body.contains(r#""policy":"signed-in""#),
+        "{}",
+        bob[2].body
+    );
+    // No token, or not a bearer token: no key, 400 (the layer's default for
+    // a missing or unusable header).
+    assert_eq!(client.get("/").await.status, 400);
+    let basic = [("authorization", "Basic dXNlcjpwYXNz")];
+    assert_eq!(client.send("GET", "/", &basic).await.status, 400);
+    let stats = layer.stats();
+    assert_eq!((stats.allowed, stats.limited, stats.no_key), (4, 2, 2));
+}
+
+#[tokio::test]
+async fn requests_without_a_token_fall_to_the_next_policy() {
+    let file = PolicyFile::from_toml(SIGNED_IN).unwrap();
+    let layer = RateLimitLayer::from_policies(&file, &["signed-in", "anonymous"])
+        .await
+        .unwrap();
+    let mut client = Client::connect(serve(app(layer)).await).await;
+    let anonymous = send_n(&mut client, 2, &[]).await;
+    assert_eq!(statuses(&anonymous), [200, 429]);
+    assert!(anonymous[1].body.contains(r#""policy":"anonymous""#));
+    // The same client with a token is keyed by it, not by its address.
+    let token = [("authorization", "Bearer tok-carol")];
+    assert_eq!(
+        statuses(&send_n(&mut client, 3, &token).await),
+        [200, 200, 429]
+    );
+}
+
+#[test]
+fn a_header_key_on_authorization_points_to_bearer() {
+    let err = PolicyFile::from_toml(
+        "[policies.signed-in]\nquota = \"2/h\"\nkey = \"header:authorization\"",
+    )
+    .unwrap_err();
+    assert_eq!(
+        (err.policy(), err.field_name()),
+        (Some("signed-in"), Some("key"))
+    );
+    assert!(err.to_string().contains("use key = \"bearer\""), "{err}");
 }
 
 #[cfg(feature = "redis")]

@@ -49,7 +49,8 @@ impl fmt::Display for PolicyLayerError {
         match self {
             PolicyLayerError::NamedKey { policy, name } => write!(
                 f,
-                "policy {policy:?} keys on {name:?}, which the layer cannot find in a request: \
+                "policy {policy:?} keys on {name:?}, which the layer cannot find in a request \
+                 (it knows \"global\", \"ip\", \"bearer\" and \"header:NAME\"): \
                  give its tier an explicit key extractor \
                  (Tier::new(name, extractor).rule(Rule::from_policy(limiter)))"
             ),
@@ -207,9 +208,13 @@ impl Rule {
 impl Tier {
     /// A tier of one policy-file policy: named after the policy, keyed as
     /// its `key` says (`"global"`: one key for all; `"ip"`: the peer's
-    /// address, as [`KeyExtractor::peer_ip`]; `"header:NAME"`: that
-    /// header's value), with [`Rule::from_policy`] as its rule. Behind a
-    /// reverse proxy, key by [`KeyExtractor::client_ip`] with
+    /// address, as [`KeyExtractor::peer_ip`]; `"bearer"`: the token of
+    /// `Authorization: Bearer <token>`, as [`KeyExtractor::bearer_token`];
+    /// `"header:NAME"`: that header's value), with [`Rule::from_policy`] as
+    /// its rule. A request without the key (no header, or no bearer token)
+    /// goes on to the layer's next tier, and is answered `400` if no tier
+    /// has its key. Behind a reverse proxy, key by
+    /// [`KeyExtractor::client_ip`] with
     /// `Tier::new(..).rule(Rule::from_policy(..))` instead.
     ///
     /// # Errors
@@ -230,6 +235,7 @@ fn policy_key(policy: &str, kind: &KeyKind) -> Result<KeyExtractor, PolicyLayerE
     match kind {
         KeyKind::Global => Ok(KeyExtractor::global()),
         KeyKind::Ip => Ok(KeyExtractor::peer_ip()),
+        KeyKind::Bearer => Ok(KeyExtractor::bearer_token()),
         KeyKind::Header(name) => HeaderName::from_bytes(name.as_bytes())
             .map(KeyExtractor::header)
             .map_err(|_| PolicyLayerError::InvalidHeaderName {
@@ -246,8 +252,9 @@ fn policy_key(policy: &str, kind: &KeyKind) -> Result<KeyExtractor, PolicyLayerE
 impl RateLimitLayer {
     /// A layer of the policies `names` of `file`, one [tier](Tier) each
     /// ([`Tier::from_policy`]), tried in the order given: the first whose
-    /// key the request has decides it (a `"header:x-api-key"` policy before
-    /// an `"ip"` one: clients with a key by key, the others by address).
+    /// key the request has decides it (a `"header:x-api-key"` or
+    /// `"bearer"` policy before an `"ip"` one: clients with a key by key,
+    /// the others by address).
     /// Each policy's keys go to its default tier unless the file overrides
     /// them; for a resolver of your own, build with [`PolicyLimiter::build`]
     /// and [`Tier::from_policy`].

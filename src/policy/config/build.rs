@@ -9,6 +9,7 @@ use crate::algorithm::AnyAlgorithm;
 use crate::clock::{Clock, QuantaClock};
 use crate::policy::{TierId, Tiered};
 use crate::{CheckError, Decision, KeyedRateLimiter, Quota, RateLimiter};
+use std::time::Duration;
 
 /// A resolver from key to tier that an application supplies at run time
 /// (a user signed in, a customer's plan); policy files only set overrides.
@@ -23,37 +24,75 @@ impl Policy {
     /// its overrides set and `resolver` for the other keys
     /// (`Box::new(|_: &str| TierId::DEFAULT)`: all in the default tier).
     ///
+    /// Each tier's keyed limiter holds at most the memory backend's
+    /// `max_keys` keys ([`DEFAULT_MAX_KEYS`](super::DEFAULT_MAX_KEYS) if it
+    /// sets none, or for another backend) and sweeps its idle keys once per
+    /// `sweep_interval` ([`DEFAULT_SWEEP_INTERVAL`](super::DEFAULT_SWEEP_INTERVAL)
+    /// if none) of `clock`; past the cap new keys share one overflow state
+    /// (see the [module docs](super)).
+    ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming the field when a quota does not fit the
     /// algorithm (which [`PolicyFile`](super::PolicyFile) has already
-    /// checked for a loaded file).
+    /// checked for a loaded file), or for a memory backend with
+    /// `max_keys: Some(0)` or a zero `sweep_interval` (which a loaded file
+    /// cannot have).
     pub fn memory_tiers<C: Clock + Clone>(
         &self,
         clock: C,
         resolver: DynResolver,
     ) -> Result<MemoryTiers<C>, ConfigError> {
-        let max_keys = match self.backend {
-            super::Backend::Memory { max_keys } => max_keys,
-            _ => None,
-        };
+        let (max_keys, sweep_interval) = self.memory_bounds()?;
         let tiers = self
             .tiers
             .iter()
             .map(|(name, quota)| {
                 let algorithm = self.algorithm_for(name, quota)?;
-                let builder = KeyedRateLimiter::builder(*quota).clock(clock.clone());
-                let builder = match max_keys {
-                    Some(n) => builder.max_keys(n),
-                    None => builder,
-                };
-                let limiter = builder
+                let limiter = KeyedRateLimiter::builder(*quota)
+                    .clock(clock.clone())
+                    .max_keys(max_keys)
+                    .auto_sweep(sweep_interval)
                     .build_with(algorithm)
                     .map_err(|e| self.field_error(name, e.to_string()))?;
                 Ok((name.clone(), limiter))
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         self.with_overrides(tiers, resolver)
+    }
+
+    /// The key cap and the sweep interval of the policy's keyed limiters:
+    /// the memory backend's, else the defaults. A `Policy` made in code
+    /// skips the file's checks, so they are repeated here.
+    fn memory_bounds(&self) -> Result<(usize, Duration), ConfigError> {
+        let (max_keys, sweep_interval) = match self.backend {
+            super::Backend::Memory {
+                max_keys,
+                sweep_interval,
+            } => (max_keys, sweep_interval),
+            _ => (None, None),
+        };
+        let max_keys = match max_keys {
+            Some(0) => {
+                let message = super::ZERO_MAX_KEYS;
+                return Err(ConfigError::field(&self.name, "backend.max_keys", message));
+            }
+            Some(n) => n,
+            None => super::DEFAULT_MAX_KEYS,
+        };
+        let sweep_interval = match sweep_interval {
+            Some(d) if d < Duration::from_millis(1) => {
+                let field = "backend.sweep_interval_ms";
+                return Err(ConfigError::field(
+                    &self.name,
+                    field,
+                    "must be at least 1 ms",
+                ));
+            }
+            Some(d) => d,
+            None => super::DEFAULT_SWEEP_INTERVAL,
+        };
+        Ok((max_keys, sweep_interval))
     }
 
     /// The policy as one limit for everything it guards: its algorithm at

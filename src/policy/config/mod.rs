@@ -7,7 +7,7 @@
 //! [policies.api]
 //! algorithm = "sliding_window_counter"  # default "token_bucket"
 //! quota = "100/m burst=20"              # the default tier's quota
-//! key = "header:x-api-key"              # "ip", "global", "header:NAME", or any name
+//! key = "header:x-api-key"              # "global", "ip", "bearer", "header:NAME", or any name
 //! shadow = false                        # decide and count, never deny
 //! backend = "memory"                    # or a table, see below
 //!
@@ -23,12 +23,42 @@
 //! backend = { kind = "redis", url = "redis://127.0.0.1/", store_down = "insurance", share = 0.25 }
 //! ```
 //!
-//! Backends: `"memory"` (fields `max_keys`), `"redis"` (`url`, `prefix`,
-//! `timeout_ms`, `store_down` = `"open"` / `"closed"` / `"insurance"` with
-//! `share`), `"synced"` (`url`, `prefix`, `interval_ms`, `timeout_ms`,
-//! `share`: the outage share) and `"leased"` (`url`, `prefix`,
-//! `interval_ms`, `timeout_ms`). [`build`] turns a [`Policy`] into working
-//! limiters.
+//! Key kinds ([`KeyKind`]): `"global"` (one limit for everyone, the
+//! default), `"ip"` (the client's address), `"bearer"` (the token of
+//! `Authorization: Bearer <token>`), `"header:NAME"` (a header's value; not
+//! `"header:authorization"`, whose `Bearer <token>` value no header key
+//! takes: that is `"bearer"`), or any other name, for the application to
+//! interpret.
+//!
+//! Backends: `"memory"` (fields `max_keys`, `sweep_interval_ms`), `"redis"`
+//! (`url`, `prefix`, `timeout_ms`, `store_down` = `"open"` / `"closed"` /
+//! `"insurance"` with `share`), `"synced"` (`url`, `prefix`, `interval_ms`,
+//! `timeout_ms`, `share`: the outage share) and `"leased"` (`url`,
+//! `prefix`, `interval_ms`, `timeout_ms`). [`build`] turns a [`Policy`]
+//! into working limiters.
+//!
+//! # Memory: a cap on keys and a sweep of idle ones
+//!
+//! Every keyed limiter a policy builds in this process (one per tier, see
+//! [`Policy::memory_tiers`]) is bounded, whether or not the file has a
+//! `backend` line:
+//!
+//! - It holds at most `max_keys` keys per tier, [`DEFAULT_MAX_KEYS`]
+//!   (1,000,000, the HTTP layer's per-IP cap) unless the file sets it:
+//!   `backend = { kind = "memory", max_keys = 50000 }`. `max_keys` must be
+//!   at least 1 and at most 4,294,967,295; 0 would send every client to
+//!   the one overflow state below, so it is refused.
+//! - It sweeps its idle keys (those whose state a fresh one would equal:
+//!   a full token bucket, an expired window) once per `sweep_interval_ms`,
+//!   [`DEFAULT_SWEEP_INTERVAL`] (10 s) unless the file sets it (at least
+//!   1 ms), so memory follows the keys seen recently rather than every key
+//!   ever seen. A sweep is run by the first check after each interval.
+//! - Past the cap, a new key first triggers a sweep (at most one per sweep
+//!   interval); if that frees no room, the new key shares one overflow
+//!   state at the tier's quota with every other untracked key
+//!   ([`Overflow::Shared`](crate::Overflow::Shared)): a flood of invented
+//!   keys is limited as one client, while keys already tracked keep their
+//!   own limits.
 
 pub mod build;
 mod parse;
@@ -38,6 +68,28 @@ mod redis;
 use crate::{AlgorithmKind, Quota};
 use std::fmt;
 use std::time::Duration;
+
+/// The most keys a policy's keyed limiter holds per tier when the file sets
+/// no `max_keys`: 1,000,000, the same cap as the HTTP layer's per-IP limit
+/// (`rategate::http::PER_IP_MAX_KEYS`, feature `tower`). Past it new keys
+/// share one overflow state; see the [module docs](self).
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// How often a policy's keyed limiter sweeps its idle keys when the file
+/// sets no `sweep_interval_ms`: every 10 seconds.
+// A sweep visits every key, holding each shard's write lock in turn: once
+// per 10 s keeps that scan rare even at the 1,000,000-key cap, while keys
+// idle for 10 s leave the map soon after (the Redis insurance limiters
+// sweep at the same interval).
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The largest `max_keys` a policy file accepts: beyond it the cap would
+/// bound nothing a machine can hold.
+pub(crate) const MAX_MAX_KEYS: u64 = u32::MAX as u64;
+
+/// Why `max_keys = 0` is refused.
+pub(crate) const ZERO_MAX_KEYS: &str = "must be at least 1: with max_keys = 0 every client \
+     would share one overflow limit (omit it for the default, 1000000)";
 
 pub use build::{Backends, DynResolver, MemoryTiers, PolicyDecision, PolicyLimiter};
 pub use parse::PolicyFile;
@@ -56,6 +108,8 @@ pub enum KeyKind {
     /// A request header's value (`"header:x-api-key"`; the name
     /// lower-cased).
     Header(String),
+    /// The token of `Authorization: Bearer <token>` (`"bearer"`).
+    Bearer,
     /// Any other name, for the application to interpret (`"user"`).
     Named(String),
 }
@@ -64,12 +118,20 @@ impl KeyKind {
     fn parse(text: &str) -> Result<KeyKind, &'static str> {
         let text = text.trim();
         match text {
-            "" => Err("empty key kind"),
+            "" => Err(
+                "empty key kind (expected \"global\", \"ip\", \"bearer\", \"header:NAME\" \
+                 or a name of your own)",
+            ),
             "global" => Ok(KeyKind::Global),
             "ip" => Ok(KeyKind::Ip),
-            _ => match text.strip_prefix("header:") {
+            "bearer" => Ok(KeyKind::Bearer),
+            _ => match text.strip_prefix("header:").map(str::trim) {
                 Some("") => Err("a header key needs a name: \"header:NAME\""),
-                Some(name) => Ok(KeyKind::Header(name.trim().to_ascii_lowercase())),
+                Some(name) if name.eq_ignore_ascii_case("authorization") => Err(
+                    "a header key cannot take \"Authorization: Bearer <token>\" (it refuses \
+                     the space): for the token use key = \"bearer\"",
+                ),
+                Some(name) => Ok(KeyKind::Header(name.to_ascii_lowercase())),
                 None => Ok(KeyKind::Named(text.to_owned())),
             },
         }
@@ -94,8 +156,12 @@ pub enum StoreDownConfig {
 pub enum Backend {
     /// In this process.
     Memory {
-        /// The most keys per tier (`max_keys`); unbounded if `None`.
+        /// The most keys per tier (`max_keys`); [`DEFAULT_MAX_KEYS`] if
+        /// `None`. Building refuses `Some(0)`.
         max_keys: Option<usize>,
+        /// How often idle keys are swept (`sweep_interval_ms`);
+        /// [`DEFAULT_SWEEP_INTERVAL`] if `None`. Building refuses zero.
+        sweep_interval: Option<Duration>,
     },
     /// One atomic Redis call per decision.
     Redis {

@@ -1,7 +1,7 @@
 //! Reading a policy file: TOML into [`Policy`] values, field by field, so
 //! that every error names its policy and field.
 
-use super::{Backend, ConfigError, KeyKind, Policy, StoreDownConfig};
+use super::{Backend, ConfigError, KeyKind, MAX_MAX_KEYS, Policy, StoreDownConfig};
 use crate::{AlgorithmKind, Quota};
 use std::time::Duration;
 use toml::{Table, Value};
@@ -228,7 +228,7 @@ fn backend(
     };
     let fields = Fields { policy, table };
     let allowed: &[&str] = match kind {
-        "memory" => &["kind", "max_keys"],
+        "memory" => &["kind", "max_keys", "sweep_interval_ms"],
         "redis" => &["kind", "url", "prefix", "timeout_ms", "store_down", "share"],
         "synced" => &[
             "kind",
@@ -271,7 +271,8 @@ fn backend(
     };
     Ok(match kind {
         "memory" => Backend::Memory {
-            max_keys: fields.integer("max_keys")?.map(|n| n as usize),
+            max_keys: fields.max_keys()?,
+            sweep_interval: fields.millis("sweep_interval_ms")?,
         },
         "redis" => {
             let share = fields.share()?;
@@ -367,6 +368,26 @@ impl Fields<'_> {
         match self.integer(field)? {
             Some(0) => Err(self.error(field, "must be at least 1 ms".into())),
             ms => Ok(ms.map(Duration::from_millis)),
+        }
+    }
+
+    /// `max_keys`: at least 1 (0 would put every client in the one
+    /// overflow state) and at most [`MAX_MAX_KEYS`].
+    fn max_keys(&self) -> Result<Option<usize>, ConfigError> {
+        let Some(n) = self.integer("max_keys")? else {
+            return Ok(None);
+        };
+        match n {
+            0 => Err(self.error("max_keys", super::ZERO_MAX_KEYS.into())),
+            // At most u32::MAX: a usize on every target Rust supports.
+            1..=MAX_MAX_KEYS => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+            _ => Err(self.error(
+                "max_keys",
+                format!(
+                    "must be at most {MAX_MAX_KEYS} (the default is {})",
+                    super::DEFAULT_MAX_KEYS
+                ),
+            )),
         }
     }
 
