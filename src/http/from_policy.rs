@@ -5,7 +5,7 @@
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
 use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
-use crate::policy::TierId;
+use crate::policy::{Held, StateId, TierId};
 use crate::policy::config::{ConfigError, KeyKind, PolicyFile, PolicyLimiter};
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
@@ -116,6 +116,24 @@ impl Backend for SyncPolicy {
         // One key's state, one lock, as for a keyed limiter: clients are
         // not serialized on one stripe.
         key_id
+    }
+
+    fn reserve_held(
+        &self,
+        key: &str,
+        key_id: u64,
+        cost: u32,
+        held: u64,
+    ) -> Held<(Decision, StateId)> {
+        self.0
+            .reserve_held(key, key_id, cost, held)
+            .unwrap_or(Held::Decided(Ok((never_admitted(), (0, key_id)))))
+    }
+
+    fn check_held(&self, key: &str, cost: u32, held: u64) -> Held<Decision> {
+        self.0
+            .check_held(key, cost, held)
+            .unwrap_or(Held::Decided(Ok(never_admitted())))
     }
 }
 

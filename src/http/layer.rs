@@ -489,7 +489,7 @@ impl RateLimitLayer {
 
     /// Each peer IP address (IPv6 by /64) limited to `quota` by a token
     /// bucket, at most [`PER_IP_MAX_KEYS`] addresses held (beyond them new
-    /// addresses share one limit). Behind a proxy use
+    /// addresses share one limit), idle ones swept every 10 seconds. Behind a proxy use
     /// [`new`](RateLimitLayer::new) with [`ClientIp::trust_proxies`](super::ClientIp::trust_proxies).
     ///
     /// # Errors
@@ -498,6 +498,10 @@ impl RateLimitLayer {
     pub fn per_ip(quota: Quota) -> Result<RateLimitLayer, QuotaError> {
         let limiter = KeyedRateLimiter::<String, TokenBucket>::builder(quota)
             .max_keys(PER_IP_MAX_KEYS)
+            // As a policy file's memory policies: a sweep visits every key,
+            // so it runs rarely, and often enough that idle addresses do not
+            // wait for the cap to be reached.
+            .auto_sweep(std::time::Duration::from_secs(10))
             .build()?;
         let rule = Rule::new("per-ip", Arc::new(limiter));
         Ok(Self::new(KeyExtractor::peer_ip(), rule))

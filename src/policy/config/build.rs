@@ -448,6 +448,50 @@ impl PolicyLimiter {
     }
 
     /// Applies shadow mode and records the decision.
+    /// The all-or-nothing protocol for a memory policy (the HTTP layer's
+    /// rules): `key`'s tier's limiter finds its state and peeks `cost`;
+    /// `None` for another backend.
+    #[cfg(feature = "tower")]
+    pub(crate) fn reserve_held(
+        &self,
+        key: &str,
+        key_id: u64,
+        cost: u32,
+        held: u64,
+    ) -> Option<crate::policy::Held<(Decision, crate::policy::StateId)>> {
+        match &self.backends {
+            Backends::Memory(t) => Some(t.select(key).limiter().reserve_held(key, key_id, cost, held)),
+            #[cfg(feature = "redis")]
+            _ => None,
+        }
+    }
+
+    /// The all-or-nothing protocol: checks `cost` for `key` in its tier,
+    /// counted as [`try_check_n`](Self::try_check_n) counts; `None` for
+    /// another backend than memory.
+    #[cfg(feature = "tower")]
+    pub(crate) fn check_held(
+        &self,
+        key: &str,
+        cost: u32,
+        held: u64,
+    ) -> Option<crate::policy::Held<Decision>> {
+        use crate::policy::Held;
+        match &self.backends {
+            Backends::Memory(t) => {
+                let tier = t.tier_of(key);
+                Some(match t.tier(tier).limiter().check_held(key, cost, held) {
+                    Held::Decided(result) => {
+                        Held::Decided(result.map(|d| self.decided(key, d, tier).decision()))
+                    }
+                    Held::NeedStripe(lock_id) => Held::NeedStripe(lock_id),
+                })
+            }
+            #[cfg(feature = "redis")]
+            _ => None,
+        }
+    }
+
     fn decided(&self, key: &str, decision: Decision, tier: TierId) -> PolicyDecision {
         let decided = PolicyDecision {
             decision,
