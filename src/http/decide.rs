@@ -6,10 +6,10 @@ use super::key::{Key, KeyError};
 use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
 use crate::policy::{Held, Member, StateId};
 use crate::sync::Arc;
-use smallvec::SmallVec;
 use crate::{CheckError, Decision, Quota};
 use http::HeaderValue;
 use http::request::Parts;
+use smallvec::SmallVec;
 
 /// One limit's state after a decision, for the headers.
 #[derive(Debug, Clone)]
@@ -347,11 +347,7 @@ fn report(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: b
         .iter()
         .zip(decisions)
         .map(|(member, decision)| {
-            PolicyState::new(
-                member.rule,
-                decision,
-                &member.backend.quota_for(member.key),
-            )
+            PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
         })
         .collect();
     let reported = tier.report.as_ref().and_then(|name| {

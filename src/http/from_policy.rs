@@ -5,8 +5,8 @@
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
 use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
-use crate::policy::{Held, StateId, TierId};
 use crate::policy::config::{ConfigError, KeyKind, PolicyFile, PolicyLimiter};
+use crate::policy::{Held, StateId, TierId};
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};
 use http::HeaderName;

@@ -108,9 +108,9 @@ pub(crate) fn decide<M: Member>(
     let Some(first) = members.first() else {
         return Ok(true);
     };
-    let mut mask = members
-        .iter()
-        .fold(mask_of(first.lock_id()), |mask, m| mask | mask_of(m.lock_id()));
+    let mut mask = members.iter().fold(mask_of(first.lock_id()), |mask, m| {
+        mask | mask_of(m.lock_id())
+    });
     let mut inline = [(0, 0); INLINE];
     let mut spill = Vec::new();
     let ids: &mut [StateId] = if members.len() <= INLINE {

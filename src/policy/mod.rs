@@ -11,9 +11,9 @@ pub mod config;
 mod tiers;
 
 pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit};
+pub use all_or_nothing::MemberError;
 #[doc(hidden)]
 pub use all_or_nothing::{Held, StateId};
-pub use all_or_nothing::MemberError;
 pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
 
 pub(crate) use all_of::address_of;

@@ -460,7 +460,11 @@ impl PolicyLimiter {
         held: u64,
     ) -> Option<crate::policy::Held<(Decision, crate::policy::StateId)>> {
         match &self.backends {
-            Backends::Memory(t) => Some(t.select(key).limiter().reserve_held(key, key_id, cost, held)),
+            Backends::Memory(t) => Some(
+                t.select(key)
+                    .limiter()
+                    .reserve_held(key, key_id, cost, held),
+            ),
             #[cfg(feature = "redis")]
             _ => None,
         }
