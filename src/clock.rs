@@ -87,8 +87,8 @@ impl Monotonic {
 ///   counter and cost nothing more (on x86-64 the clock then reads the TSC
 ///   itself, `rdtsc` inline, and turns ticks into nanoseconds with one
 ///   64-bit multiplication by quanta's own calibration, where quanta's
-///   reading is a call and a 128-bit shift: about 1 ns less per check on
-///   the development machine). Elsewhere it keeps a per-thread
+///   reading is a call and a 128-bit shift; `cargo bench --bench clock`
+///   compares them). Elsewhere it keeps a per-thread
 ///   high-water mark of the counter (a thread-local read and write per
 ///   reading, no shared write). The check is made once per process, when
 ///   the first clock is built. What the raw mode does not rule out: the
@@ -97,8 +97,8 @@ impl Monotonic {
 ///   process looked; a reading can then be slightly earlier than the
 ///   thread's previous one. Every algorithm counts that as no time elapsed
 ///   (never granting extra); where readings must never step back on a
-///   thread, use [`QuantaClock::per_thread`] (1.5-3 ns per reading on the
-///   development machine).
+///   thread, use [`QuantaClock::per_thread`] (a thread-local read and write per
+///   reading; `cargo bench --bench clock`).
 /// * [`QuantaClock::per_thread`]: always the per-thread mark.
 /// * [`QuantaClock::strict`]: a high-water mark shared by all threads, so
 ///   readings are totally ordered across threads; it costs an atomic

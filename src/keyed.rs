@@ -51,7 +51,7 @@ fn unreachable_held() -> Decision {
 ///
 /// Hashing is most of a keyed check's work when the map is in cache:
 /// foldhash hashes a `u64` in a few instructions where the standard
-/// library's SipHash-1-3 takes dozens (the README's performance table has
+/// library's SipHash-1-3 takes dozens (the performance guide, docs/performance.md, has
 /// both). The trade-off is hash flooding: foldhash is *minimally*
 /// DoS-resistant (random seeds, so colliding keys cannot be computed
 /// offline), not resistant to an attacker who studies a long-running
@@ -380,14 +380,10 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // The clock is read once the key's state is found, not before the
-        // lookup: measured on the development machine, reading it first made
-        // checks among a million keys slower (about a fifth, in a noisy
-        // min-of-trials comparison; the lookup's cache misses seem to
-        // overlap less with the TSC read before them).
-        // The decision is returned straight from the arm that made it (a
-        // closure's result, or a variable it wrote, was copied through the
-        // stack for the algorithm chosen at run time: measured +8 ns a
-        // check against the static type before).
+        // lookup, so that the lookup's cache misses overlap the clock read.
+        // The decision is returned straight from the arm that made it, not
+        // through a closure's result, which the algorithm chosen at run
+        // time would copy through the stack.
         if let Some(state) = self.map.get(key) {
             let now = self.clock.now();
             let result = self.algorithm.check(&state, now, cost);
@@ -437,10 +433,9 @@ where
     /// from different tenants, a request touching several resources): the
     /// clock is read once, and every decision (its retry and reset times
     /// too) is measured from that reading, so `each` should be quick.
-    /// Measured on the development VM, a clock read between lookups left
-    /// one key's cache misses barely overlapping the next's: at a million
-    /// live keys, about 72 ns a key in batches of 8 against about 187 ns
-    /// for separate checks (`cargo bench --bench keyed -- keyed_batch`).
+    /// Without a clock read between lookups, one key's cache misses overlap
+    /// the next's (`cargo bench --bench keyed -- keyed_batch` compares
+    /// batches with separate checks).
     ///
     /// # Examples
     ///

@@ -256,7 +256,7 @@ impl RateLimitBuilder {
     /// the layer's cost per request: six more `HeaderMap` inserts, six
     /// more lines for the server to write and the client to parse (about
     /// 4,900 of the 6,100 instructions the layer adds to a request with one
-    /// rule; see the README's "HTTP servers" section). It is also the
+    /// rule; see the guide docs/http.md). It is also the
     /// usual default: Envoy's rate-limit filters send `x-ratelimit-*` only
     /// when `enable_x_ratelimit_headers` is set (default `OFF`),
     /// tower_governor adds `x-ratelimit-limit` / `-remaining` only after
@@ -380,37 +380,13 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 ///
 /// # Cost
 ///
-/// With in-memory limiters and the default (fields on 429s only) the layer
-/// adds about 1,070 instructions per request with one rule and 1,520 with
-/// two rules checked all or nothing (each limit looked up once; for up to
-/// four rules an admission without the fields allocates nothing, and one
-/// that carries them, or a 429, allocates its report and the header
-/// values' buffer: a key from a header or an IPv4 address is borrowed or
-/// kept on the stack, copied only when a limiter stores a new key),
-/// counted by callgrind over `cargo run
-/// --release --example axum_load --features axum -- in-process 20000
-/// one|two` (a service that answers at once). Through axum's `Router`,
-/// wrapped around it (`RateLimitLayer::around`, feature `axum`) the example's
-/// layer adds about 900 with one rule; added with `Router::layer`,
-/// which puts a copy in each route, about 1,870 (phases `router-outer`,
-/// `router-layer`). At saturation a server runs more code per request
-/// than the core's instruction cache holds, and the layer's cost there
-/// follows the lines of code its path runs (about 100 over the bare
-/// server's with one rule, 130 with two; `scripts/hot-lines.sh`) and the
-/// instruction-cache misses they cause, its own and those of the server
-/// code it evicts (about 190 and 250 per request over the bare server's,
-/// simulated by `scripts/icache-misses.sh`): rategate's per-IP layer and
-/// tower_governor's run about as many instructions, but the first misses
-/// about 45 more times per request and costs 1 to 1.6 points more.
-/// With
-/// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) the
-/// six fields on every response raise one rule to about 6,100 and two to
-/// 7,800, most of that the `http` crate's `HeaderMap` inserts (one buffer
-/// holds every value);
-/// [`x_ratelimit_headers(false)`](RateLimitBuilder::x_ratelimit_headers)
-/// (the IETF pair only) brings one rule back to about 3,700. The same
-/// example load-tests an axum server on loopback; the README's "HTTP
-/// servers" section has its figures.
+/// With in-memory limiters a request is decided in `call`: each limit is
+/// found and checked under its lock stripe, and an admission without the
+/// rate-limit fields allocates nothing for up to four rules. Wrap the
+/// whole `Router` ([`RateLimitLayer::around`], feature `axum`) rather
+/// than each route (`Router::layer` puts a copy in every route). The
+/// instructions per request are counted by `scripts/hot-lines.sh`, and the
+/// guide `docs/http.md` lists them.
 ///
 /// # Examples
 ///
@@ -514,7 +490,7 @@ impl RateLimitLayer {
     /// answers (429s) as a `B` made from their bytes. With axum this saves
     /// boxing each response's body again (an allocation per request);
     /// wrapped around the whole `Router`, the layered router is served as
-    /// it is (see the README's "HTTP servers").
+    /// it is (see docs/http.md).
     ///
     /// ```
     /// use bytes::Bytes;
@@ -547,8 +523,7 @@ impl RateLimitLayer {
     /// with each connection's peer address: the cheapest placement, each
     /// request passing through the layer once, before routing, instead of
     /// through the copy of it that `Router::layer` puts in each route
-    /// (about 900 fewer instructions per request in the README's "HTTP
-    /// servers"). The router's handlers are made routes once
+    /// (`scripts/hot-lines.sh` counts the difference). The router's handlers are made routes once
     /// (`with_state(())`), as `Router::into_make_service_with_connect_info`
     /// does.
     ///
