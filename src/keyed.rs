@@ -39,6 +39,15 @@ const DEFAULT_FULL_SWEEP_INTERVAL: u64 = 1_000_000_000;
 /// limiter's address): keys in it share one state.
 const OVERFLOW_STATE: u64 = u64::MAX;
 
+/// Where a key not in the map was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// On a fresh state of its own, inserted.
+    Own,
+    /// By the [`Overflow`] policy: the map was full.
+    Overflow,
+}
+
 /// A check outside an all-or-nothing decision passes no stripe mask, and
 /// `check_new` asks for a stripe only when given one.
 #[cold]
@@ -548,43 +557,16 @@ where
         if let Err(e) = crate::algorithm::check_cost(cost, self.algorithm.capacity()) {
             return Held::Decided(Err(e));
         }
-        // As `check_new`: no earlier than the latest sweep.
-        let now = now.max(self.swept_at.load(Ordering::Relaxed));
-        let peek_inserted = |key: &Q| {
-            self.map.with_or_insert_if(
-                key.to_owned(),
-                || self.reserve_slot(),
-                || self.algorithm.new_state(),
-                |state, slot| {
-                    if let Some(slot) = slot {
-                        slot.keep();
-                    }
-                    self.algorithm.peek(state, now, cost)
-                },
-            )
+        let (result, place) = self.decide_new(key, now, cost, Some(held), |state, now| {
+            self.algorithm.peek(state, now, cost)
+        });
+        let id = match place {
+            Place::Own => own,
+            Place::Overflow => (crate::policy::address_of(self), OVERFLOW_STATE),
         };
-        if let Some(result) = peek_inserted(key) {
-            return Held::Decided(result.map(|d| (d, own)));
-        }
-        if self.elect_full_sweep(now) {
-            self.sweep_at(now);
-            if let Some(result) = peek_inserted(key) {
-                return Held::Decided(result.map(|d| (d, own)));
-            }
-        }
-        let overflow = (crate::policy::address_of(self), OVERFLOW_STATE);
-        match self.overflow {
-            Overflow::Shared if held & mask_of(self.overflow_lock_id()) == 0 => {
-                Held::NeedStripe(self.overflow_lock_id())
-            }
-            Overflow::Shared => Held::Decided(
-                self.algorithm
-                    .peek(&self.overflow_state, now, cost)
-                    .map(|d| (d, overflow)),
-            ),
-            Overflow::Deny | Overflow::Allow => {
-                Held::Decided(self.overflow_decision(now, cost).map(|d| (d, overflow)))
-            }
+        match result {
+            Held::Decided(result) => Held::Decided(result.map(|d| (d, id))),
+            Held::NeedStripe(lock_id) => Held::NeedStripe(lock_id),
         }
     }
 
@@ -638,6 +620,32 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let (result, place) = self.decide_new(key, now, cost, held, |state, now| {
+            self.algorithm.check(state, now, cost)
+        });
+        if place == Place::Overflow && matches!(result, Held::Decided(_)) {
+            // Relaxed: a statistic.
+            self.overflow_count.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Decides a key not in the map by `decide`: on a fresh state of its
+    /// own, inserted when there is room, else by the [`Overflow`] policy.
+    /// Inside an all-or-nothing decision (`held`), the shared overflow
+    /// state needs its own stripe: without it nothing is decided.
+    fn decide_new<Q>(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u32,
+        held: Option<u64>,
+        decide: impl Fn(&A::State, u64) -> Result<Decision, CheckError>,
+    ) -> (Held<Decision>, Place)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // A sweep may have dropped this key after `now` was read (a thread
         // preempted between its clock reading and this check, or a clock
         // stepped back): the dropped state was idle at the sweep's time, and
@@ -646,41 +654,40 @@ where
         // the shard lock that removes the key, and this check found the key
         // missing under that lock, after its release.
         let now = now.max(self.swept_at.load(Ordering::Relaxed));
-        if let Some(result) = self.insert_and_check(key, now, cost) {
-            return Held::Decided(result);
+        if let Some(result) = self.insert_and(key, |state| decide(state, now)) {
+            return (Held::Decided(result), Place::Own);
         }
         // Full. Sweep at most once per interval (under a flood of new keys
         // the other new keys go straight to the overflow policy), then look
         // again: the key may have been inserted meanwhile, or room freed.
         if self.elect_full_sweep(now) {
             self.sweep_at(now);
-            if let Some(result) = self.insert_and_check(key, now, cost) {
-                return Held::Decided(result);
+            if let Some(result) = self.insert_and(key, |state| decide(state, now)) {
+                return (Held::Decided(result), Place::Own);
             }
         }
-        if let (Overflow::Shared, Some(held)) = (self.overflow, held) {
-            if held & mask_of(self.overflow_lock_id()) == 0 {
-                return Held::NeedStripe(self.overflow_lock_id());
+        let result = match (self.overflow, held) {
+            (Overflow::Shared, Some(held)) if held & mask_of(self.overflow_lock_id()) == 0 => {
+                Held::NeedStripe(self.overflow_lock_id())
             }
-        }
-        // Relaxed: a statistic.
-        self.overflow_count.fetch_add(1, Ordering::Relaxed);
-        Held::Decided(match self.overflow {
-            Overflow::Shared => self.algorithm.check(&self.overflow_state, now, cost),
-            Overflow::Deny | Overflow::Allow => self.overflow_decision(now, cost),
-        })
+            (Overflow::Shared, _) => Held::Decided(decide(&self.overflow_state, now)),
+            (Overflow::Deny | Overflow::Allow, _) => {
+                Held::Decided(self.overflow_decision(now, cost))
+            }
+        };
+        (result, Place::Overflow)
     }
 
-    /// Under the key's shard write lock: checks the key if it is there (a
-    /// racing first check inserted it), else reserves a slot and inserts it.
-    /// `None` when the key is absent and the map is full. Deciding presence
-    /// and room under one lock means two first checks of one key at the last
-    /// free slot both find it: one inserts, the other sees it inserted.
-    fn insert_and_check<Q>(
+    /// Under the key's shard write lock: runs `decide` on the key's state
+    /// if it is there (a racing first check inserted it), else reserves a
+    /// slot and inserts a fresh state for it. `None` when the key is absent
+    /// and the map is full. Deciding presence and room under one lock means
+    /// two first checks of one key at the last free slot both find it: one
+    /// inserts, the other sees it inserted.
+    fn insert_and<Q>(
         &self,
         key: &Q,
-        now: u64,
-        cost: u32,
+        decide: impl FnOnce(&A::State) -> Result<Decision, CheckError>,
     ) -> Option<Result<Decision, CheckError>>
     where
         K: Borrow<Q>,
@@ -695,7 +702,7 @@ where
                 if let Some(slot) = slot {
                     slot.keep();
                 }
-                self.algorithm.check(state, now, cost)
+                decide(state)
             },
         )
     }
