@@ -22,7 +22,7 @@
 //! curl -i localhost:3000/v1/charges
 //! ```
 
-#![allow(dead_code)] // shared with examples/axum_load.rs, which uses parts
+#![allow(dead_code)] // shared with measure/axum_load.rs, which uses parts
 
 use axum::Router;
 use axum::routing::get;

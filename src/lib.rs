@@ -64,6 +64,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// docs.rs (nightly) marks each feature-gated item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod algorithm;
@@ -115,4 +117,36 @@ pub use wait::{TokioClock, UntilReady};
 #[doc(hidden)]
 pub mod loom_internals {
     pub use crate::clock::Monotonic;
+}
+
+/// The README's and the guides' code blocks, compiled (and the runnable ones
+/// run) as doctests with the features they use.
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "redis",
+    feature = "serde",
+    feature = "tokio"
+))]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/algorithms.md")]
+    struct Algorithms;
+    #[doc = include_str!("../docs/keyed.md")]
+    struct Keyed;
+    #[doc = include_str!("../docs/http.md")]
+    struct Http;
+    #[doc = include_str!("../docs/outbound.md")]
+    struct Outbound;
+    #[doc = include_str!("../docs/redis.md")]
+    struct Redis;
+    #[doc = include_str!("../docs/policies.md")]
+    struct Policies;
+    #[doc = include_str!("../docs/simulate.md")]
+    struct Simulate;
+    #[doc = include_str!("../docs/verification.md")]
+    struct Verification;
+    #[doc = include_str!("../docs/performance.md")]
+    struct Performance;
 }

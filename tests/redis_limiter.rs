@@ -337,7 +337,7 @@ fn blocking_limiter_lives_and_dies_inside_async_code() {
 /// and the new key is answered locally. The work per insertion is bounded
 /// by construction (a heap pop and push); the unit tests in
 /// `src/redis/cache.rs` check the bookkeeping, and the cost is visible in
-/// `examples/redis_throughput.rs`, not timed here.
+/// `measure/redis_throughput.rs`, not timed here.
 #[test]
 fn full_local_cache_still_caches_new_denials() {
     let rt = runtime();

@@ -15,7 +15,7 @@
 //!
 //! and a request of `cost` passes if `estimate + cost <= limit`. Cloudflare
 //! measured 0.003% of 400 million requests wrongly allowed or limited
-//! against an exact sliding window; `examples/accuracy.rs` repeats the
+//! against an exact sliding window; `measure/accuracy.rs` repeats the
 //! measurement on a bursty synthetic trace.
 
 use super::fixed_window::{WindowTag, bits_for};

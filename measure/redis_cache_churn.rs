@@ -1,7 +1,7 @@
 //! What a new key's allow-then-deny costs with the local over-limit cache
 //! empty and with it full of live denials (a client rotating keys fills
-//! it). The cache used to scan every entry when full; now a full cache
-//! drops the denial that ends soonest, and both figures should be alike.
+//! it). A full cache drops the denial that ends soonest instead of scanning
+//! its entries, so the two figures should be alike.
 //!
 //! Starts its own `redis-server` on a free loopback port. Run with:
 //!

@@ -81,7 +81,7 @@
 //! sockets and parsing do) and each call is timed on its own; a large N
 //! makes each call slow to set up, so give a small CALLS (20000).
 
-#[path = "axum_api.rs"]
+#[path = "../examples/axum_api.rs"]
 mod api;
 
 use api::{Limiters, Quotas};
