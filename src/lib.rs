@@ -47,14 +47,21 @@
 //!   the classic scenarios drawn as SVG, and a user's access log replayed
 //!   under several policies.
 //!
+//! # Guides
+//!
+//! One guide per area (algorithms, keyed limiters, HTTP servers, outbound
+//! calls, Redis, policies, simulation, verification, performance) is the
+//! `guide` module when the crate is documented with all features (as on
+//! docs.rs), and `docs/` in the source.
+//!
 //! # Example
 //!
 //! ```
-//! use rategate::{KeyedRateLimiter, Quota, TokenBucket};
+//! use rategate::{FixedWindow, KeyedRateLimiter, Quota};
 //!
-//! // GitHub-style: 5000 requests an hour per API token.
+//! // GitHub-style: 5000 requests per clock hour per API token.
 //! let quota: Quota = "5000/h".parse()?;
-//! let limiter = KeyedRateLimiter::<String, TokenBucket>::new(quota)?;
+//! let limiter = KeyedRateLimiter::<String, FixedWindow>::new(quota)?;
 //! let decision = limiter.check("token-123");
 //! if decision.is_allowed() {
 //!     // serve, sending decision.headers()
@@ -119,8 +126,8 @@ pub mod loom_internals {
     pub use crate::clock::Monotonic;
 }
 
-/// The README's and the guides' code blocks, compiled (and the runnable ones
-/// run) as doctests with the features they use.
+/// The README's code blocks, compiled (and the runnable ones run) as
+/// doctests with the features they use.
 #[cfg(all(
     doctest,
     feature = "axum",
@@ -128,25 +135,35 @@ pub mod loom_internals {
     feature = "serde",
     feature = "tokio"
 ))]
-mod guides {
-    #[doc = include_str!("../README.md")]
-    struct Readme;
+#[doc = include_str!("../README.md")]
+struct Readme;
+
+/// The guides of `docs/`, one page per area, each opening with an example.
+/// Their code blocks are doctests, compiled with the features they use.
+#[cfg(all(
+    any(doc, doctest),
+    feature = "axum",
+    feature = "redis",
+    feature = "serde",
+    feature = "tokio"
+))]
+pub mod guide {
     #[doc = include_str!("../docs/algorithms.md")]
-    struct Algorithms;
+    pub mod algorithms {}
     #[doc = include_str!("../docs/keyed.md")]
-    struct Keyed;
+    pub mod keyed {}
     #[doc = include_str!("../docs/http.md")]
-    struct Http;
+    pub mod http {}
     #[doc = include_str!("../docs/outbound.md")]
-    struct Outbound;
+    pub mod outbound {}
     #[doc = include_str!("../docs/redis.md")]
-    struct Redis;
+    pub mod redis {}
     #[doc = include_str!("../docs/policies.md")]
-    struct Policies;
+    pub mod policies {}
     #[doc = include_str!("../docs/simulate.md")]
-    struct Simulate;
+    pub mod simulate {}
     #[doc = include_str!("../docs/verification.md")]
-    struct Verification;
+    pub mod verification {}
     #[doc = include_str!("../docs/performance.md")]
-    struct Performance;
+    pub mod performance {}
 }
