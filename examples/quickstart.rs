@@ -61,7 +61,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // 4. What a server sends back on a denial.
     println!("\nHeaders for alice's last denial:");
-    for (name, value) in users.check("alice").headers() {
+    for (name, value) in users.check("alice").headers(&per_user) {
         println!("  {name}: {value}");
     }
     Ok(())

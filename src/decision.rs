@@ -10,7 +10,7 @@ use std::time::Duration;
 /// * [`is_allowed`](Decision::is_allowed): pass or reject;
 /// * [`limit`](Decision::limit): the most requests that can pass at once
 ///   (the capacity: the burst for the buckets; `x-ratelimit-limit` is the
-///   quota's limit instead, see [`headers_for`](Decision::headers_for));
+///   quota's limit instead, see [`headers`](Decision::headers));
 /// * [`remaining`](Decision::remaining): requests of cost 1 that could pass
 ///   right after this decision (`x-ratelimit-remaining`);
 /// * [`reset_after`](Decision::reset_after): time until the limiter is back
@@ -36,7 +36,7 @@ use std::time::Duration;
 /// assert_eq!(denied.remaining(), 0);
 /// assert_eq!(denied.retry_after_secs(), 1); // 500 ms, rounded up for Retry-After
 /// // Lower-case names, usable with `http::HeaderName::from_static`.
-/// let headers = denied.headers_for(limiter.quota());
+/// let headers = denied.headers(limiter.quota());
 /// assert_eq!(headers[0], ("x-ratelimit-limit", "2".to_string()));
 /// assert!(headers.contains(&("retry-after", "1".to_string())));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -393,40 +393,29 @@ impl Decision {
         self.reset_after_nanos().div_ceil(1_000_000_000)
     }
 
-    /// The response headers for this decision, with lower-case names (as
-    /// [`http::HeaderName::from_static`] requires): `x-ratelimit-limit`
-    /// (this decision's [`limit`](Decision::limit), the capacity: for the
-    /// quota's own limit, which clients expect, use
-    /// [`headers_for`](Decision::headers_for)), `x-ratelimit-remaining`,
-    /// `x-ratelimit-reset` (seconds from now), and on a denial
-    /// `retry-after` (seconds, at least 1), to send with HTTP 429.
-    ///
-    /// [`http::HeaderName::from_static`]: https://docs.rs/http/1/http/header/struct.HeaderName.html#method.from_static
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
-        use crate::http::{
-            RETRY_AFTER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-        };
-        let mut headers = vec![
-            (X_RATELIMIT_LIMIT, self.limit.to_string()),
-            (X_RATELIMIT_REMAINING, self.remaining().to_string()),
-            (X_RATELIMIT_RESET, self.reset_after_secs().to_string()),
-        ];
-        if !self.allowed {
-            headers.push((RETRY_AFTER, self.retry_after_secs().to_string()));
-        }
-        headers
-    }
-
     /// The response headers for this decision made under `quota`, with
-    /// lower-case names: `x-ratelimit-limit` (the quota's limit per its
-    /// period: 100 for `100/s burst=10`), `x-ratelimit-remaining`,
-    /// `x-ratelimit-reset` (seconds from now), `x-ratelimit-used`, the IETF
-    /// draft's `ratelimit-policy` and `ratelimit` (policy name `default`),
-    /// and on a denial `retry-after` (seconds, at least 1).
-    /// [`RateLimitFields`](crate::http::RateLimitFields) says what each
-    /// means per algorithm, and gives Unix-time resets and other names.
-    pub fn headers_for(&self, quota: &crate::Quota) -> Vec<(&'static str, String)> {
-        use crate::http::*;
+    /// lower-case names (as `http::HeaderName::from_static` requires) and
+    /// the values the HTTP layer sends: `x-ratelimit-limit` (the quota's
+    /// limit per its period: 100 for `100/s burst=10`),
+    /// `x-ratelimit-remaining`, `x-ratelimit-reset` (seconds from now),
+    /// `x-ratelimit-used`, the IETF draft's `ratelimit-policy` and
+    /// `ratelimit` (policy name `default`), and on a denial `retry-after`
+    /// (seconds, at least 1). [`RateLimitFields`](crate::headers::RateLimitFields)
+    /// says what each means per algorithm, and gives Unix-time resets and
+    /// other policy names.
+    ///
+    /// ```
+    /// use rategate::{Quota, RateLimiter, TokenBucket};
+    ///
+    /// let quota: Quota = "100/s burst=10".parse()?;
+    /// let limiter = RateLimiter::<TokenBucket>::new(quota)?;
+    /// let headers = limiter.check().headers(&quota);
+    /// assert_eq!(headers[0], ("x-ratelimit-limit", "100".to_string()));
+    /// assert_eq!(headers[1], ("x-ratelimit-remaining", "9".to_string()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn headers(&self, quota: &crate::Quota) -> Vec<(&'static str, String)> {
+        use crate::headers::*;
         let fields = RateLimitFields::new(self, quota);
         let mut headers = vec![
             (X_RATELIMIT_LIMIT, fields.limit().to_string()),
@@ -484,14 +473,6 @@ mod tests {
         assert_eq!(d.retry_after(), Duration::ZERO);
         assert_eq!(d.retry_after_secs(), 0);
         assert_eq!(d.delay(), Duration::ZERO);
-        assert_eq!(
-            d.headers(),
-            vec![
-                ("x-ratelimit-limit", "10".to_string()),
-                ("x-ratelimit-remaining", "7".to_string()),
-                ("x-ratelimit-reset", "3".to_string()),
-            ]
-        );
     }
 
     #[test]
@@ -501,7 +482,6 @@ mod tests {
         assert_eq!(d.retry_after_nanos(), 1);
         assert_eq!(d.retry_after_secs(), 1);
         assert_eq!(d.reset_after_secs(), 4);
-        assert_eq!(d.headers()[3], ("retry-after", "1".to_string()));
         let exact = Decision::deny(5, 0, 0, 2_000_000_000);
         assert_eq!(exact.retry_after_secs(), 2);
         // A denial never says "retry after 0".
@@ -509,11 +489,11 @@ mod tests {
     }
 
     #[test]
-    fn headers_for_report_the_quota_limit_not_the_burst() {
+    fn headers_report_the_quota_limit_not_a_smaller_burst() {
         let quota: crate::Quota = "100/s burst=10".parse().unwrap();
         let d = Decision::deny(10, 0, 1_000_000_000, 10_000_000);
         assert_eq!(
-            d.headers_for(&quota),
+            d.headers(&quota),
             vec![
                 ("x-ratelimit-limit", "100".to_string()),
                 ("x-ratelimit-remaining", "0".to_string()),
@@ -523,6 +503,35 @@ mod tests {
                 ("ratelimit", r#""default";r=0;t=1"#.to_string()),
                 ("retry-after", "1".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn a_burst_above_the_limit_advertises_the_capacity_over_its_refill_time() {
+        // A token bucket `1r/s burst=5`, four tokens left.
+        let quota: crate::Quota = "1r/s burst=5".parse().unwrap();
+        let d = Decision::allow(5, 4, 1_000_000_000);
+        let headers = d.headers(&quota);
+        assert_eq!(headers[0], ("x-ratelimit-limit", "5".to_string()));
+        assert_eq!(headers[1], ("x-ratelimit-remaining", "4".to_string()));
+        assert_eq!(headers[3], ("x-ratelimit-used", "1".to_string()));
+        assert_eq!(
+            headers[4],
+            ("ratelimit-policy", r#""default";q=5;w=5"#.to_string())
+        );
+        assert_eq!(
+            headers[5],
+            ("ratelimit", r#""default";r=4;t=1"#.to_string())
+        );
+        // A leaky bucket `10r/s burst=20`: capacity 21 over 2.1 s, said as
+        // 30 per 3 s (rounded down to stay within the rate).
+        let nginx: crate::Quota = "10r/s burst=20".parse().unwrap();
+        let d = Decision::allow(21, 21, 0);
+        let headers = d.headers(&nginx);
+        assert_eq!(headers[0], ("x-ratelimit-limit", "21".to_string()));
+        assert_eq!(
+            headers[4],
+            ("ratelimit-policy", r#""default";q=30;w=3"#.to_string())
         );
     }
 

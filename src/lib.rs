@@ -33,10 +33,11 @@
 //!   [`snapshot`] saves a keyed limiter's state for a fresh one.
 //! * [`policy::AllOf`]: several limits that admit a request together or
 //!   not at all.
-//! * [`http`]: rate-limit header names and values (`x-ratelimit-*`, the
-//!   IETF `RateLimit` fields); with feature `tower`, `RateLimitLayer`, a
-//!   tower layer for axum, hyper and tonic (client keys behind trusted
-//!   proxies, tiers, per-route rules, costs, shadow mode).
+//! * [`headers`]: rate-limit header names and the values a decision gives
+//!   them (`x-ratelimit-*`, the IETF `RateLimit` fields).
+//! * With feature `http`, the `http` module: `RateLimitLayer`, a tower
+//!   layer for axum, hyper and tonic (client keys behind trusted proxies,
+//!   classes of clients, per-route rules, costs, shadow mode).
 //! * Errors: [`QuotaError`] for configurations that cannot work,
 //!   [`CheckError`] for requests that can never pass.
 //! * With feature `redis`, the `redis` module: `RedisLimiter` (one atomic
@@ -64,7 +65,7 @@
 //! let limiter = KeyedRateLimiter::<String, FixedWindow>::new(quota)?;
 //! let decision = limiter.check("token-123");
 //! if decision.is_allowed() {
-//!     // serve, sending decision.headers()
+//!     // serve, sending decision.headers(&quota)
 //! } else {
 //!     // 429 Too Many Requests, Retry-After: decision.retry_after_secs()
 //! }
@@ -79,6 +80,8 @@ pub mod algorithm;
 mod clock;
 mod decision;
 mod error;
+pub mod headers;
+#[cfg(feature = "http")]
 pub mod http;
 mod keyed;
 mod limiter;

@@ -10,12 +10,12 @@ pub(crate) use std::sync::Arc;
 #[cfg(not(rategate_loom))]
 pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 // The HTTP layer's handler charge is its only user.
-#[cfg(all(not(rategate_loom), feature = "tower"))]
+#[cfg(all(not(rategate_loom), feature = "http"))]
 pub(crate) use std::sync::atomic::AtomicBool;
 
 #[cfg(rategate_loom)]
 pub(crate) use loom::sync::Arc;
-#[cfg(all(rategate_loom, feature = "tower"))]
+#[cfg(all(rategate_loom, feature = "http"))]
 pub(crate) use loom::sync::atomic::AtomicBool;
 #[cfg(rategate_loom)]
 pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};

@@ -9,9 +9,8 @@ mod support;
 
 use axum::Router;
 use axum::routing::get;
-use rategate::http::{
-    KeyExtractor, LayerStats, Matcher, RateLimitLayer, Rejection, ResetFormat, Rule, Tier,
-};
+use rategate::headers::ResetFormat;
+use rategate::http::{KeyExtractor, LayerStats, Matcher, RateLimitLayer, Rejection, Rule, Tier};
 use rategate::{
     Algorithm, FixedWindow, KeyedRateLimiter, LeakyBucket, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, TokenBucket,

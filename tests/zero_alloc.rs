@@ -215,7 +215,7 @@ fn keyed_check_of_known_key_allocates_nothing() {
 /// over two keyed limiters), fields on 429s only (the default). A layer
 /// that puts the fields on every response allocates (its report and the
 /// header values): the counter sees the layer's allocations.
-#[cfg(feature = "tower")]
+#[cfg(feature = "http")]
 #[test]
 fn the_http_layer_admits_without_allocating() {
     use http_body_util::Full;

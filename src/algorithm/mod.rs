@@ -23,7 +23,7 @@ pub use leaky_bucket::LeakyBucket;
 pub(crate) use leaky_bucket::admission_fields as leaky_admission_fields;
 pub(crate) use leaky_bucket::denial_remaining as leaky_denial_remaining;
 pub(crate) use leaky_bucket::denial_times as leaky_denial_times;
-#[cfg(feature = "tower")]
+#[cfg(feature = "http")]
 pub(crate) use sharded::home_index;
 pub use sharded::{Sharded, ShardedState, Splittable};
 pub use sliding_window_counter::SlidingWindowCounter;

@@ -1,9 +1,9 @@
 //! Deciding one request: pick its tier and key, check the rules that apply
 //! (all or nothing, as [`AllOf`](crate::policy::AllOf) decides), and report what each limit says.
 
-use super::fields::RateLimitFields;
 use super::key::{Key, KeyError};
 use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
+use crate::headers::RateLimitFields;
 use crate::policy::{Held, Member, StateId};
 use crate::sync::Arc;
 use crate::{CheckError, Decision, Quota};

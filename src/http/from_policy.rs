@@ -1,4 +1,4 @@
-//! Policy-file policies behind the layer (features `tower` and `serde`):
+//! Policy-file policies behind the layer (features `http` and `serde`):
 //! a [`PolicyLimiter`] as a [`Rule`], its key kind as a [`Tier`]'s key,
 //! and a whole layer from a [`PolicyFile`].
 

@@ -3,12 +3,12 @@
 use super::body::{BodyKind, SameBody, Wrapped};
 use super::charge::Charge;
 use super::decide::{Deferred, Pending, Report, Verdict, decide};
-use super::fields::ResetFormat;
 use super::future::ResponseFuture;
 use super::key::KeyExtractor;
 use super::policy::{Rule, RuleLimiter, Tier};
 use super::response::{HeaderOptions, Rejection, Responder, problem_response, write_headers};
 use super::stats::{Counters, LayerStats, StripedCounters};
+use crate::headers::ResetFormat;
 use crate::sync::Arc;
 use crate::{KeyedRateLimiter, Quota, QuotaError, TokenBucket};
 use bytes::Bytes;

@@ -1,12 +1,5 @@
-//! HTTP: rate-limit header fields, and (feature `tower`) a tower layer for
-//! servers.
-//!
-//! Always available: the header names ([`X_RATELIMIT_LIMIT`],
-//! [`RATELIMIT_POLICY`], ...: lower-case `&'static str`s, usable with
-//! `http::HeaderName::from_static`), [`RateLimitFields`] (what one decision
-//! under one quota puts in them, per algorithm) and [`ResetFormat`].
-//!
-//! With feature `tower`:
+//! HTTP servers (feature `http`): a tower layer for axum, hyper and tonic.
+//! The header fields it sends are [`crate::headers`].
 //!
 //! * [`RateLimitLayer`] / [`RateLimit`]: the layer and service, for axum
 //!   0.8, hyper 1 and tonic; [`ResponseFuture`] and [`ResponseBody`];
@@ -27,7 +20,7 @@
 //!   Limiters: in-memory [`Backend`]s (keyed or direct, any algorithm) and
 //!   [`AsyncBackend`]s (the Redis limiter, whose store-down policy decides
 //!   when Redis cannot, and the synced and leased limiters).
-//! * Policy files (features `tower` and `serde`): a `PolicyLimiter` (from
+//! * Policy files (feature `serde`): a `PolicyLimiter` (from
 //!   `policy::config`) as a rule (`Rule::from_policy`) or a tier
 //!   (`Tier::from_policy`: its key kind as the key), or a whole layer from
 //!   a `PolicyFile` (`RateLimitLayer::from_policies`); the headers report
@@ -63,61 +56,29 @@
 //!   shared limiter outside the layer is not covered.
 //! * **Cost 0** serves a request free, even once the budget is spent.
 
-// The list above names the `tower` feature's items; without it they do
-// not exist, and the docs built then do not link them.
-#![cfg_attr(not(feature = "tower"), allow(rustdoc::broken_intra_doc_links))]
-
-mod fields;
-
-pub use fields::{
-    RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER, RateLimitFields, ResetFormat, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET, X_RATELIMIT_USED,
-};
-
-#[cfg(feature = "tower")]
 mod body;
-#[cfg(feature = "tower")]
 mod charge;
-#[cfg(feature = "tower")]
 mod cidr;
-#[cfg(feature = "tower")]
 mod client_ip;
-#[cfg(feature = "tower")]
 mod decide;
-#[cfg(all(feature = "tower", feature = "serde"))]
+#[cfg(feature = "serde")]
 mod from_policy;
-#[cfg(feature = "tower")]
 mod future;
-#[cfg(feature = "tower")]
 mod key;
-#[cfg(feature = "tower")]
 mod layer;
-#[cfg(feature = "tower")]
 mod policy;
-#[cfg(feature = "tower")]
 mod response;
-#[cfg(feature = "tower")]
 mod stats;
 
-#[cfg(feature = "tower")]
 pub use body::{BodyKind, ResponseBody, SameBody, Wrapped};
-#[cfg(feature = "tower")]
 pub use charge::{Charge, Rejected};
-#[cfg(feature = "tower")]
 pub use cidr::{Cidr, CidrError};
-#[cfg(feature = "tower")]
 pub use client_ip::{ClientIp, ForwardedHeader};
-#[cfg(all(feature = "tower", feature = "serde"))]
+#[cfg(feature = "serde")]
 pub use from_policy::PolicyLayerError;
-#[cfg(feature = "tower")]
 pub use future::ResponseFuture;
-#[cfg(feature = "tower")]
 pub use key::{DEFAULT_MAX_KEY_LEN, KeyError, KeyExtractor, peer_addr};
-#[cfg(feature = "tower")]
 pub use layer::{BuildError, PER_IP_MAX_KEYS, RateLimit, RateLimitBuilder, RateLimitLayer};
-#[cfg(feature = "tower")]
 pub use policy::{AsyncBackend, Backend, BackendFuture, Matcher, Rule, Tier};
-#[cfg(feature = "tower")]
 pub use response::{Rejection, Responder, problem_response};
-#[cfg(feature = "tower")]
 pub use stats::LayerStats;

@@ -1,9 +1,9 @@
 //! What limits a request: tiers of keys, rules per route and method, costs,
 //! and the limiters behind them.
 
-use super::fields::RateLimitFields;
 use super::key::KeyExtractor;
 use crate::algorithm::Algorithm;
+use crate::headers::RateLimitFields;
 use crate::policy::Held;
 use crate::sync::Arc;
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota, RateLimiter};
@@ -473,7 +473,7 @@ impl Rule {
             RuleLimiter::Async(b) => b.quota(),
         };
         let mut quoted = String::new();
-        super::fields::write_sf_string(&mut quoted, name);
+        crate::headers::write_sf_string(&mut quoted, name);
         Rule {
             name: Arc::from(name),
             limiter,

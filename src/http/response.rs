@@ -3,9 +3,9 @@
 //! limited response).
 
 use super::decide::Report;
-use super::fields::*;
 use super::key::KeyError;
 use crate::CheckError;
+use crate::headers::*;
 use crate::sync::Arc;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};

@@ -17,7 +17,7 @@ pub use all_or_nothing::{Held, StateId};
 pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
 
 pub(crate) use all_of::address_of;
-#[cfg(feature = "tower")]
+#[cfg(feature = "http")]
 pub(crate) use all_of::bind;
-#[cfg(feature = "tower")]
+#[cfg(feature = "http")]
 pub(crate) use all_or_nothing::{Member, decide};

@@ -412,7 +412,7 @@ impl PolicyLimiter {
     /// Decides as [`try_check_n`](Self::try_check_n) would, recording
     /// nothing: `None` unless the policy is in memory (the other backends
     /// have no peek).
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "http")]
     pub(crate) fn try_peek_n(&self, key: &str, cost: u32) -> Option<Result<Decision, CheckError>> {
         match &self.backends {
             Backends::Memory(t) => Some(t.select(key).limiter().peek_n(key, cost)),
@@ -423,7 +423,7 @@ impl PolicyLimiter {
 
     /// Whether the policy's limiters are in this process and decide
     /// without waiting and with a peek (the memory backend).
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "http")]
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self.backends, Backends::Memory(_))
     }
@@ -432,7 +432,7 @@ impl PolicyLimiter {
     /// for a slice when its local one cannot cover `cost`
     /// ([`acquire_n`](crate::redis::LeasedLimiter::acquire_n)) rather than
     /// deny.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "http")]
     pub(crate) async fn check_n_waiting(
         &self,
         key: &str,
@@ -451,7 +451,7 @@ impl PolicyLimiter {
     /// The all-or-nothing protocol for a memory policy (the HTTP layer's
     /// rules): `key`'s tier's limiter finds its state and peeks `cost`;
     /// `None` for another backend.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "http")]
     pub(crate) fn reserve_held(
         &self,
         key: &str,
@@ -473,7 +473,7 @@ impl PolicyLimiter {
     /// The all-or-nothing protocol: checks `cost` for `key` in its tier,
     /// counted as [`try_check_n`](Self::try_check_n) counts; `None` for
     /// another backend than memory.
-    #[cfg(feature = "tower")]
+    #[cfg(feature = "http")]
     pub(crate) fn check_held(
         &self,
         key: &str,

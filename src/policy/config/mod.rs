@@ -71,7 +71,7 @@ use std::time::Duration;
 
 /// The most keys a policy's keyed limiter holds per tier when the file sets
 /// no `max_keys`: 1,000,000, the same cap as the HTTP layer's per-IP limit
-/// (`rategate::http::PER_IP_MAX_KEYS`, feature `tower`). Past it new keys
+/// (`rategate::http::PER_IP_MAX_KEYS`, feature `http`). Past it new keys
 /// share one overflow state; see the [module docs](self).
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 

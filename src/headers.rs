@@ -1,6 +1,7 @@
 //! Rate-limit header fields: their names, and the values one decision under
-//! one quota gives them. Pure text, no HTTP types: [`Decision::headers`]
-//! uses it without the `tower` feature, and the layer with it.
+//! one quota gives them. Pure text, no HTTP types and no feature:
+//! [`Decision::headers`] and the HTTP layer both write what
+//! [`RateLimitFields`] computes, so they send the same values.
 //!
 //! The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (May
 //! 2026): `RateLimit-Policy: "name";q=100;w=60` advertises a policy (quota
@@ -11,7 +12,8 @@
 use crate::{Decision, Quota};
 
 /// `x-ratelimit-limit`: the quota's limit per its period (`100` for
-/// `100/s burst=10`), as GitHub and most APIs send it.
+/// `100/s burst=10`), as GitHub and most APIs send it; the capacity where
+/// the burst is larger (see [`RateLimitFields`]).
 pub const X_RATELIMIT_LIMIT: &str = "x-ratelimit-limit";
 /// `x-ratelimit-remaining`: requests of cost 1 that could pass right after
 /// this one.
@@ -59,10 +61,18 @@ pub enum ResetFormat {
 /// `retry-after` is always the time until a retry of the same cost would
 /// pass (for the token bucket usually much less than reset).
 ///
+/// **A burst above the limit** (a token bucket `1r/s burst=5`, a leaky
+/// bucket `10r/s burst=20`, whose capacity is `burst + 1`): `remaining`
+/// can exceed the quota's limit, so the fields advertise the capacity
+/// instead, over the time the rate takes to restore it: for `1r/s burst=5`
+/// the limit is 5 and the policy `q=5;w=5`, never a remaining above the
+/// advertised quota. Fixed and sliding windows ignore a burst; their
+/// capacity is the limit.
+///
 /// # Examples
 ///
 /// ```
-/// use rategate::http::RateLimitFields;
+/// use rategate::headers::RateLimitFields;
 /// use rategate::{ManualClock, Quota, RateLimiter, TokenBucket};
 ///
 /// let quota: Quota = "100/s burst=10".parse()?;
@@ -91,22 +101,33 @@ pub struct RateLimitFields {
 impl RateLimitFields {
     /// The fields of `decision`, made under `quota`.
     pub fn new(decision: &Decision, quota: &Quota) -> RateLimitFields {
-        let period = quota.period_nanos().max(1);
+        // The advertised policy: the quota, or where the decision's capacity
+        // is larger (a burst above the limit), the capacity over the time
+        // the quota's rate takes to restore it, so `remaining <= q` always.
+        let capacity = decision.limit();
+        let (limit, period) = if capacity > quota.limit() {
+            let scaled = u128::from(quota.period_nanos()) * u128::from(capacity)
+                / u128::from(quota.limit().max(1));
+            (capacity, u64::try_from(scaled).unwrap_or(u64::MAX))
+        } else {
+            (quota.limit(), quota.period_nanos())
+        };
+        let period = period.max(1);
         let (window_quota, window_secs) = if period % NANOS_PER_SEC == 0 {
-            (u64::from(quota.limit()), period / NANOS_PER_SEC)
+            (u64::from(limit), period / NANOS_PER_SEC)
         } else {
             // `w` is an integer: say how many fit in the next whole second
             // count (10 per 100 ms is q=100;w=1), rounded down so a client
             // pacing itself by it stays within the quota.
             let secs = period.div_ceil(NANOS_PER_SEC);
-            let q = u128::from(quota.limit()) * u128::from(secs) * u128::from(NANOS_PER_SEC)
+            let q = u128::from(limit) * u128::from(secs) * u128::from(NANOS_PER_SEC)
                 / u128::from(period);
             (u64::try_from(q).unwrap_or(u64::MAX), secs)
         };
         RateLimitFields {
-            limit: quota.limit(),
+            limit,
             remaining: decision.remaining(),
-            used: decision.limit().saturating_sub(decision.remaining()),
+            used: capacity.saturating_sub(decision.remaining()),
             reset_after_nanos: decision.reset_after_nanos(),
             retry_after_nanos: (!decision.is_allowed()).then_some(decision.retry_after_nanos()),
             window_quota,
@@ -114,7 +135,8 @@ impl RateLimitFields {
         }
     }
 
-    /// `x-ratelimit-limit`: the quota's limit per its period.
+    /// `x-ratelimit-limit`: the quota's limit per its period, or the
+    /// capacity where the burst is larger.
     pub fn limit(&self) -> u32 {
         self.limit
     }
@@ -295,6 +317,7 @@ mod tests {
         assert_eq!(f.policy_item("p"), r#""p";q=100;w=1"#);
         let f = RateLimitFields::new(&d, &quota(60, Duration::from_secs(3600)));
         assert_eq!(f.policy_item("p"), r#""p";q=60;w=3600"#);
+        let d = Decision::allow(3, 3, 0);
         let f = RateLimitFields::new(&d, &quota(3, Duration::from_millis(1500)));
         assert_eq!(f.policy_item("p"), r#""p";q=4;w=2"#);
     }
