@@ -28,8 +28,8 @@ use axum::Router;
 use axum::routing::get;
 use http::request::Parts;
 use rategate::http::{
-    ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitBuilder, RateLimitLayer, Rule, SameBody,
-    Tier,
+    ClientClass, ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitBuilder, RateLimitLayer,
+    Rule, SameBody,
 };
 use rategate::{KeyedRateLimiter, Quota, TokenBucket};
 use std::net::SocketAddr;
@@ -121,8 +121,8 @@ impl Limiters {
         let rest = || rest_path.clone();
         let client_ip = ClientIp::new().trust_proxies(["127.0.0.1", "::1"]).unwrap();
         builder
-            .tier(
-                Tier::new("signed-in", KeyExtractor::bearer_token())
+            .class(
+                ClientClass::new("signed-in", KeyExtractor::bearer_token())
                     .rule(Rule::new("hourly", self.token_hourly.clone()).when(rest()))
                     .rule(Rule::new("read", self.reads.clone()).when(rest().and(Matcher::reads())))
                     .rule(
@@ -134,8 +134,8 @@ impl Limiters {
                             .cost(graphql_cost),
                     ),
             )
-            .tier(
-                Tier::new("anonymous", KeyExtractor::client_ip(client_ip))
+            .class(
+                ClientClass::new("anonymous", KeyExtractor::client_ip(client_ip))
                     .rule(Rule::new("hourly", self.anonymous_hourly.clone()).when(rest()))
                     .rule(
                         Rule::new("graphql", self.anonymous_points.clone())

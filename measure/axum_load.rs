@@ -262,11 +262,11 @@ fn context_switches(prefix: &str) -> Option<(u64, u64)> {
 /// applies, so each request pays the layer's frame (the key extracted, the
 /// rules matched, the response future) but no limit's check.
 fn idle_layer(limiters: &Limiters) -> rategate::http::RateLimitLayer {
-    use rategate::http::{KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+    use rategate::http::{ClientClass, KeyExtractor, Matcher, RateLimitLayer, Rule};
     let never = Matcher::from_fn(|_| false);
     RateLimitLayer::builder()
-        .tier(
-            Tier::new("all", KeyExtractor::global())
+        .class(
+            ClientClass::new("all", KeyExtractor::global())
                 .rule(Rule::new("never", limiters.reads.clone()).when(never)),
         )
         .build()

@@ -9,7 +9,7 @@ mod support;
 use axum::Router;
 use axum::routing::get;
 use http::{Request, StatusCode};
-use rategate::http::{KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+use rategate::http::{ClientClass, KeyExtractor, Matcher, RateLimitLayer, Rule};
 use rategate::{FixedWindow, KeyedRateLimiter, Quota, TokenBucket};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -54,8 +54,8 @@ fn key() -> KeyExtractor {
 /// `hourly` on every request, `write` on writes: the README's layout.
 fn layer(hourly: &Arc<Keyed<TokenBucket>>, write: &Arc<Keyed<FixedWindow>>) -> RateLimitLayer {
     RateLimitLayer::builder()
-        .tier(
-            Tier::new("clients", key())
+        .class(
+            ClientClass::new("clients", key())
                 .rule(Rule::new("hourly", Arc::clone(hourly)))
                 .rule(Rule::new("write", Arc::clone(write)).when(Matcher::writes())),
         )
@@ -126,7 +126,7 @@ fn a_refused_write_charges_nothing_with_a_limiter_shared_by_two_layers() {
     let (hourly, write) = (hourly(None), write(None));
     // Reads through a layer of their own that holds `hourly` alone.
     let reads = RateLimitLayer::builder()
-        .tier(Tier::new("readers", key()).rule(Rule::new("hourly", Arc::clone(&hourly))))
+        .class(ClientClass::new("readers", key()).rule(Rule::new("hourly", Arc::clone(&hourly))))
         .build()
         .unwrap();
     let posted = race(reads, "alice", layer(&hourly, &write), "alice");

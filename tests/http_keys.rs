@@ -9,7 +9,7 @@ mod support;
 use axum::Router;
 use axum::extract::connect_info::MockConnectInfo;
 use axum::routing::get;
-use rategate::http::{ClientIp, ForwardedHeader, KeyExtractor, RateLimitLayer, Rule, Tier};
+use rategate::http::{ClientClass, ClientIp, ForwardedHeader, KeyExtractor, RateLimitLayer, Rule};
 use rategate::{FixedWindow, KeyedRateLimiter};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -195,14 +195,14 @@ async fn api_keys_from_a_header_with_an_ip_fallback() {
     let by_key = limiter("2/h");
     let by_ip = limiter("1/h");
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new(
+        .class(
+            ClientClass::new(
                 "api-key",
                 KeyExtractor::header(http::HeaderName::from_static("x-api-key")).max_len(16),
             )
             .rule(Rule::new("key", by_key.clone())),
         )
-        .tier(Tier::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("ip", by_ip.clone())))
+        .class(ClientClass::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("ip", by_ip.clone())))
         .build()
         .unwrap();
     let router = Router::new()

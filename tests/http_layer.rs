@@ -10,7 +10,9 @@ mod support;
 use axum::Router;
 use axum::routing::get;
 use rategate::headers::ResetFormat;
-use rategate::http::{KeyExtractor, LayerStats, Matcher, RateLimitLayer, Rejection, Rule, Tier};
+use rategate::http::{
+    ClientClass, KeyExtractor, LayerStats, Matcher, RateLimitLayer, Rejection, Rule,
+};
 use rategate::{
     Algorithm, FixedWindow, KeyedRateLimiter, LeakyBucket, Quota, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, TokenBucket,
@@ -41,7 +43,7 @@ fn app(layer: RateLimitLayer) -> Router {
 /// tests read them from admitted requests).
 fn per_ip(rule: Rule) -> RateLimitLayer {
     RateLimitLayer::builder()
-        .tier(Tier::new("default", KeyExtractor::peer_ip()).rule(rule))
+        .class(ClientClass::new("default", KeyExtractor::peer_ip()).rule(rule))
         .headers_on_allowed(true)
         .build()
         .unwrap()
@@ -109,8 +111,8 @@ async fn headers_on_allowed_and_denied_responses() {
 #[tokio::test]
 async fn reset_as_seconds_from_now_and_headers_can_be_turned_off() {
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("t", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("t", KeyExtractor::peer_ip())
                 .rule(Rule::new("p", keyed::<FixedWindow>("3/h"))),
         )
         .reset_format(ResetFormat::DeltaSeconds)
@@ -195,12 +197,12 @@ async fn retry_after_is_never_zero() {
 async fn tiers_key_and_limit_each_class_of_client() {
     // GitHub-style: a token gets 5 per hour, anonymous clients 2 per IP.
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("signed-in", KeyExtractor::bearer_token())
+        .class(
+            ClientClass::new("signed-in", KeyExtractor::bearer_token())
                 .rule(Rule::new("user", keyed::<TokenBucket>("5/h"))),
         )
-        .tier(
-            Tier::new("anonymous", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("anonymous", KeyExtractor::peer_ip())
                 .rule(Rule::new("anon", keyed::<TokenBucket>("2/h"))),
         )
         .headers_on_allowed(true)
@@ -242,8 +244,8 @@ async fn reads_and_writes_are_limited_apart() {
     let reads = keyed::<FixedWindow>("3/h");
     let writes = keyed::<FixedWindow>("2/h");
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("read", reads).when(Matcher::reads()))
                 .rule(Rule::new("write", writes).when(Matcher::writes())),
         )
@@ -342,8 +344,8 @@ async fn several_limits_are_all_or_nothing() {
     let writes = keyed::<FixedWindow>("3/h");
     let charges = keyed::<FixedWindow>("1/h");
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("hourly", hourly.clone()))
                 .rule(Rule::new("write", writes.clone()).when(Matcher::writes()))
                 .rule(
@@ -416,12 +418,12 @@ async fn five_rules_are_all_or_nothing_too() {
     let limits: Vec<_> = (1..=5)
         .map(|n| keyed::<FixedWindow>(&format!("{}/h", 6 - n)))
         .collect();
-    let mut tier = Tier::new("ip", KeyExtractor::peer_ip());
+    let mut tier = ClientClass::new("ip", KeyExtractor::peer_ip());
     for (n, limit) in limits.iter().enumerate() {
         tier = tier.rule(Rule::new(&format!("r{}", n + 1), limit.clone()));
     }
     let layer = RateLimitLayer::builder()
-        .tier(tier)
+        .class(tier)
         .headers_on_allowed(true)
         .build()
         .unwrap();
@@ -475,8 +477,8 @@ async fn long_and_escaped_rule_names_give_exact_values() {
 #[tokio::test]
 async fn shadow_mode_serves_everything_and_counts_would_be_429s() {
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
         )
         .shadow(true)
@@ -518,7 +520,9 @@ async fn by_default_the_fields_go_on_429s_only() {
         (
             "builder",
             RateLimitLayer::builder()
-                .tier(Tier::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("p", limiter())))
+                .class(
+                    ClientClass::new("ip", KeyExtractor::peer_ip()).rule(Rule::new("p", limiter())),
+                )
                 .build()
                 .unwrap(),
         ),
@@ -568,8 +572,8 @@ async fn by_default_the_fields_go_on_429s_only() {
 
     // In shadow mode a would-be 429 is served, with its fields.
     let shadow = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
         )
         .shadow(true)
@@ -595,8 +599,8 @@ async fn by_default_the_fields_go_on_429s_only() {
 #[tokio::test]
 async fn headers_only_on_429s_when_asked() {
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("p", keyed::<FixedWindow>("2/h"))),
         )
         .headers_on_allowed(true)
@@ -663,8 +667,8 @@ async fn a_missing_key_gets_a_clear_answer() {
 #[tokio::test]
 async fn the_responder_is_replaceable() {
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("ip", KeyExtractor::peer_ip())
+        .class(
+            ClientClass::new("ip", KeyExtractor::peer_ip())
                 .rule(Rule::new("p", keyed::<FixedWindow>("1/h"))),
         )
         .responder(|rejection| {

@@ -16,7 +16,9 @@ mod support;
 
 use axum::Router;
 use axum::routing::get;
-use rategate::http::{BuildError, KeyExtractor, PolicyLayerError, RateLimitLayer, Rule, Tier};
+use rategate::http::{
+    BuildError, ClientClass, KeyExtractor, PolicyLayerError, RateLimitLayer, Rule,
+};
 use rategate::policy::TierId;
 use rategate::policy::config::{Backends, PolicyFile, PolicyLimiter};
 use std::sync::Arc;
@@ -158,7 +160,7 @@ async fn a_resolver_of_the_applications_own_picks_the_tier() {
     .await
     .unwrap();
     let layer = RateLimitLayer::builder()
-        .tier(Tier::from_policy(Arc::new(limiter)).unwrap())
+        .class(ClientClass::from_policy(Arc::new(limiter)).unwrap())
         .headers_on_allowed(true)
         .build()
         .unwrap();
@@ -239,14 +241,14 @@ async fn a_shadow_rule_must_stand_alone_in_its_tier() {
         "#,
     )
     .unwrap();
-    let tier = Tier::new("clients", KeyExtractor::peer_ip())
+    let tier = ClientClass::new("clients", KeyExtractor::peer_ip())
         .rule(Rule::from_policy(limiter(&file, "old-limit").await))
         .rule(Rule::from_policy(limiter(&file, "new-limit").await));
-    let err = RateLimitLayer::builder().tier(tier).build().unwrap_err();
+    let err = RateLimitLayer::builder().class(tier).build().unwrap_err();
     assert_eq!(
         err,
         BuildError::ShadowNotAlone {
-            tier: "clients".into(),
+            class: "clients".into(),
             rule: "new-limit".into()
         }
     );
@@ -269,11 +271,11 @@ async fn policies_in_one_tier_are_all_or_nothing() {
     )
     .unwrap();
     let hourly = limiter(&file, "hourly").await;
-    let tier = Tier::new("clients", KeyExtractor::peer_ip())
+    let tier = ClientClass::new("clients", KeyExtractor::peer_ip())
         .rule(Rule::from_policy(Arc::clone(&hourly)))
         .rule(Rule::from_policy(limiter(&file, "burst").await));
     let layer = RateLimitLayer::builder()
-        .tier(tier)
+        .class(tier)
         .headers_on_allowed(true)
         .build()
         .unwrap();
@@ -317,7 +319,7 @@ async fn a_named_key_kind_is_a_typed_error_and_works_with_an_explicit_extractor(
     assert!(err.to_string().contains("explicit key extractor"), "{err}");
     let limiter = limiter(&file, "per-user").await;
     assert!(matches!(
-        Tier::from_policy(Arc::clone(&limiter)),
+        ClientClass::from_policy(Arc::clone(&limiter)),
         Err(PolicyLayerError::NamedKey { .. })
     ));
     assert_eq!(
@@ -337,7 +339,7 @@ async fn a_named_key_kind_is_a_typed_error_and_works_with_an_explicit_extractor(
             .map(str::to_owned)
     });
     let layer = RateLimitLayer::builder()
-        .tier(Tier::new("users", by_user).rule(Rule::from_policy(limiter)))
+        .class(ClientClass::new("users", by_user).rule(Rule::from_policy(limiter)))
         .headers_on_allowed(true)
         .build()
         .unwrap();

@@ -10,7 +10,7 @@ mod support;
 
 use axum::Router;
 use axum::routing::get;
-use rategate::http::{BuildError, KeyExtractor, RateLimitLayer, Rule, Tier};
+use rategate::http::{BuildError, ClientClass, KeyExtractor, RateLimitLayer, Rule};
 use rategate::redis::{RedisLimiter, StoreDown};
 use rategate::{FixedWindow, KeyedRateLimiter, Quota, TokenBucket};
 use redis_server::RedisServer;
@@ -35,8 +35,8 @@ async fn redis_limiter(server: &RedisServer, policy: StoreDown) -> RedisLimiter<
 /// `rule` keyed by `x-api-key`, the rate-limit fields on every response.
 fn with_fields(rule: Rule) -> RateLimitLayer {
     RateLimitLayer::builder()
-        .tier(
-            Tier::new(
+        .class(
+            ClientClass::new(
                 "default",
                 KeyExtractor::header(http::HeaderName::from_static("x-api-key")),
             )
@@ -121,8 +121,8 @@ async fn an_async_rule_must_stand_alone() {
         KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(5).unwrap()).unwrap(),
     );
     let error = RateLimitLayer::builder()
-        .tier(
-            Tier::new("t", KeyExtractor::global())
+        .class(
+            ClientClass::new("t", KeyExtractor::global())
                 .rule(Rule::new("local", local))
                 .rule(Rule::new_async("redis", limiter)),
         )
@@ -131,7 +131,7 @@ async fn an_async_rule_must_stand_alone() {
     assert_eq!(
         error,
         BuildError::AsyncNotAlone {
-            tier: "t".into(),
+            class: "t".into(),
             rule: "redis".into()
         }
     );

@@ -6,7 +6,7 @@ mod support;
 
 use axum::Router;
 use axum::routing::get;
-use rategate::http::{KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+use rategate::http::{ClientClass, KeyExtractor, Matcher, RateLimitLayer, Rule};
 use rategate::{FixedWindow, KeyedRateLimiter, Quota};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,8 +30,10 @@ fn app(signed_in: Arc<Keyed>, anonymous: Arc<Keyed>, reject_unknown: bool) -> Ro
         tokens = tokens.reject_unknown();
     }
     let layer = RateLimitLayer::builder()
-        .tier(Tier::new("signed-in", tokens).rule(Rule::new("user", signed_in)))
-        .tier(Tier::new("anonymous", KeyExtractor::peer_ip()).rule(Rule::new("ip", anonymous)))
+        .class(ClientClass::new("signed-in", tokens).rule(Rule::new("user", signed_in)))
+        .class(
+            ClientClass::new("anonymous", KeyExtractor::peer_ip()).rule(Rule::new("ip", anonymous)),
+        )
         .build()
         .unwrap();
     Router::new()
@@ -85,8 +87,8 @@ async fn invented_tokens_can_be_answered_401() {
 async fn cost_zero_serves_the_request_without_charging_it() {
     let hourly = limiter("2/h");
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("all", KeyExtractor::global()).rule(
+        .class(
+            ClientClass::new("all", KeyExtractor::global()).rule(
                 Rule::new("hourly", hourly.clone())
                     .cost(|parts| u32::from(parts.uri.path() != "/free")),
             ),
@@ -113,14 +115,14 @@ async fn a_tier_names_the_rule_its_admitted_responses_report() {
     let build = |report: bool| {
         let hourly = limiter("5000/h");
         let per_second = Arc::new(Keyed::new(Quota::per_second(10).unwrap()).unwrap());
-        let mut tier = Tier::new("signed-in", KeyExtractor::global())
+        let mut tier = ClientClass::new("signed-in", KeyExtractor::global())
             .rule(Rule::new("hourly", hourly))
             .rule(Rule::new("read", per_second).when(Matcher::reads()));
         if report {
             tier = tier.report("hourly");
         }
         let layer = RateLimitLayer::builder()
-            .tier(tier)
+            .class(tier)
             .headers_on_allowed(true)
             .build()
             .unwrap();
@@ -149,8 +151,8 @@ async fn graphql_points_are_charged_from_the_query() {
 
     let (hourly, points) = (limiter("100/h"), limiter("10/h"));
     let layer = RateLimitLayer::builder()
-        .tier(
-            Tier::new("all", KeyExtractor::global())
+        .class(
+            ClientClass::new("all", KeyExtractor::global())
                 .rule(Rule::new("hourly", hourly.clone()))
                 .rule(
                     Rule::new("graphql", points.clone())

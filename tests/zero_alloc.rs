@@ -219,7 +219,7 @@ fn keyed_check_of_known_key_allocates_nothing() {
 #[test]
 fn the_http_layer_admits_without_allocating() {
     use http_body_util::Full;
-    use rategate::http::{ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+    use rategate::http::{ClientClass, ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule};
     use std::convert::Infallible;
     use std::future::Future;
     use std::net::SocketAddr;
@@ -232,13 +232,13 @@ fn the_http_layer_admits_without_allocating() {
     let keyed = || Arc::new(Keyed::new(Quota::per_second(1_000_000).unwrap()).unwrap());
     let builder = || {
         RateLimitLayer::builder()
-            .tier(
-                Tier::new("signed-in", KeyExtractor::bearer_token())
+            .class(
+                ClientClass::new("signed-in", KeyExtractor::bearer_token())
                     .rule(Rule::new("hourly", keyed()))
                     .rule(Rule::new("read", keyed()).when(Matcher::reads())),
             )
-            .tier(
-                Tier::new("anonymous", KeyExtractor::client_ip(ClientIp::new()))
+            .class(
+                ClientClass::new("anonymous", KeyExtractor::client_ip(ClientIp::new()))
                     .rule(Rule::new("hourly", keyed()).when(!Matcher::path_prefix("/graphql"))),
             )
     };

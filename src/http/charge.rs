@@ -18,13 +18,13 @@ use std::fmt;
 /// # Examples
 ///
 /// ```
-/// use rategate::http::{Charge, KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+/// use rategate::http::{Charge, KeyExtractor, Matcher, RateLimitLayer, Rule, ClientClass};
 /// use rategate::{KeyedRateLimiter, Quota, TokenBucket};
 /// use std::sync::Arc;
 ///
 /// let points = Arc::new(KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(5000)?)?);
 /// let layer = RateLimitLayer::builder()
-///     .tier(Tier::new("clients", KeyExtractor::bearer_token())
+///     .class(ClientClass::new("clients", KeyExtractor::bearer_token())
 ///         .rule(Rule::new("graphql", points).when(Matcher::path_prefix("/graphql")).charged_by_handler()))
 ///     .build()?;
 ///
@@ -122,14 +122,14 @@ impl Charge {
 
 impl Pending {
     fn decide(&self, cost: u32) -> Result<(), Rejected> {
-        let Some(tier) = self.config.tiers.get(self.deferred.tier) else {
+        let Some(class) = self.config.classes.get(self.deferred.class) else {
             return Ok(());
         };
         let rules = self.deferred.rules.iter().filter_map(|&(at, own)| {
-            let rule = tier.rules.get(at)?;
+            let rule = class.rules.get(at)?;
             Some((rule, own.unwrap_or(cost)))
         });
-        let verdict = decide_rules(tier, rules, &self.deferred.key, false);
+        let verdict = decide_rules(class, rules, &self.deferred.key, false);
         match self.config.settle(verdict) {
             Settled::Answer(response) => Err(Rejected {
                 response: Box::new(response),

@@ -1,8 +1,8 @@
-//! Deciding one request: pick its tier and key, check the rules that apply
+//! Deciding one request: pick its class and key, check the rules that apply
 //! (all or nothing, as [`AllOf`](crate::policy::AllOf) decides), and report what each limit says.
 
 use super::key::{Key, KeyError};
-use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
+use super::policy::{AsyncBackend, Backend, BackendFuture, ClientClass, Rule, RuleLimiter};
 use crate::headers::RateLimitFields;
 use crate::policy::{Held, Member, StateId};
 use crate::sync::Arc;
@@ -38,11 +38,11 @@ impl PolicyState {
 /// What the limits said about a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
-    pub(crate) tier: Arc<str>,
-    /// Every rule that applied, in the tier's order.
+    pub(crate) class: Arc<str>,
+    /// Every rule that applied, in the class's order.
     pub(crate) policies: Vec<PolicyState>,
     /// The one the `x-ratelimit-*` fields and `retry-after` come from: on a
-    /// denial the limit with the longest wait, else the tier's reported
+    /// denial the limit with the longest wait, else the class's reported
     /// rule when it applied, else the one with the fewest remaining.
     pub(crate) binding: usize,
     pub(crate) allowed: bool,
@@ -57,9 +57,9 @@ pub(crate) struct Report {
 impl Report {
     /// Out of line, as [`report_all`] is.
     #[inline(never)]
-    fn single(tier: Arc<str>, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
+    fn single(class: Arc<str>, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
-            tier,
+            class,
             policies: vec![PolicyState::new(rule, decision, quota)],
             binding: 0,
             allowed: decision.is_allowed(),
@@ -76,7 +76,7 @@ impl Report {
 
 /// A check still waiting on an async backend.
 pub(crate) struct Pending {
-    pub(crate) tier: Arc<str>,
+    pub(crate) class: Arc<str>,
     /// The rule (a clone: the check outlives the call).
     pub(crate) rule: Rule,
     pub(crate) quota: Quota,
@@ -90,7 +90,7 @@ impl Pending {
     /// The verdict once the backend has answered.
     pub(crate) fn finish(&self, result: Result<Decision, CheckError>) -> Verdict {
         single_verdict(
-            &self.tier,
+            &self.class,
             &self.rule,
             result,
             || self.quota,
@@ -103,7 +103,7 @@ impl Pending {
 /// admission that needs no report (nothing built: no per-rule state, no
 /// quota looked up), else the report (`quota`: the key's).
 fn single_verdict(
-    tier: &Arc<str>,
+    class: &Arc<str>,
     rule: &Rule,
     result: Result<Decision, CheckError>,
     quota: impl FnOnce() -> Quota,
@@ -112,7 +112,7 @@ fn single_verdict(
     match result {
         Ok(decision) if decision.is_allowed() && !report_allowed => Verdict::Allowed,
         Ok(decision) => Verdict::Decided(Box::new(Report::single(
-            Arc::clone(tier),
+            Arc::clone(class),
             rule,
             &decision,
             &quota(),
@@ -145,7 +145,7 @@ pub(crate) enum Verdict {
     /// the common one (an admission without a report) then moves a few
     /// words instead of a report's few hundred bytes.
     Decided(Box<Report>),
-    /// No tier found a key.
+    /// No class found a key.
     NoKey(KeyError),
     /// A rule's cost can never pass (`shadow`: the rule is in shadow
     /// mode, so the request is served).
@@ -164,82 +164,82 @@ pub(crate) enum Verdict {
 /// what the decision will need once the handler knows the cost.
 #[derive(Debug)]
 pub(crate) struct Deferred {
-    /// The index of the request's tier in the layer's tiers.
-    pub(crate) tier: usize,
+    /// The index of the request's class in the layer's classes.
+    pub(crate) class: usize,
     pub(crate) key: String,
-    /// The rules that applied, by index in the tier, each with its cost;
+    /// The rules that applied, by index in the class, each with its cost;
     /// `None` for a rule the handler charges.
     pub(crate) rules: SmallVec<[(usize, Option<u32>); INLINE]>,
 }
 
-/// Decides the request whose head is `parts` under `tiers`. An admitted
+/// Decides the request whose head is `parts` under `classes`. An admitted
 /// request gets a [`Report`] only when `report_allowed` (its response
 /// carries the rate-limit fields); otherwise [`Verdict::Allowed`], without
 /// the per-rule states a report builds.
-pub(crate) fn decide(tiers: &[Tier], parts: &Parts, report_allowed: bool) -> Verdict {
+pub(crate) fn decide(classes: &[ClientClass], parts: &Parts, report_allowed: bool) -> Verdict {
     let mut custom_error = None;
-    for (at, tier) in tiers.iter().enumerate() {
-        match tier.key.find_key(parts, &mut custom_error) {
-            Ok(Some(key)) => return decide_tier(at, tier, key, parts, report_allowed),
+    for (at, class) in classes.iter().enumerate() {
+        match class.key.find_key(parts, &mut custom_error) {
+            Ok(Some(key)) => return decide_class(at, class, key, parts, report_allowed),
             Ok(None) => {}
             Err(error) => return Verdict::NoKey(error),
         }
     }
-    no_key(tiers, parts, custom_error, report_allowed)
+    no_key(classes, parts, custom_error, report_allowed)
 }
 
-/// No tier found a key: the last tier's error (tiers run from the most
+/// No class found a key: the last class's error (classes run from the most
 /// specific, a token, to the fallback, the client IP, whose failure says
 /// the most). Rare, and out of the decision's way. A built-in extractor
 /// is asked again for its reason (it depends on the request alone); a
 /// key function of the application's own is not called twice: its error
-/// was kept (`custom_error`, the last such tier's, which is the last
-/// tier's when that tier is one).
+/// was kept (`custom_error`, the last such class's, which is the last
+/// class's when that class is one).
 #[cold]
 #[inline(never)]
 fn no_key(
-    tiers: &[Tier],
+    classes: &[ClientClass],
     parts: &Parts,
     custom_error: Option<KeyError>,
     report_allowed: bool,
 ) -> Verdict {
-    let Some(tier) = tiers.last() else {
+    let Some(class) = classes.last() else {
         return Verdict::Unlimited;
     };
     match custom_error {
-        Some(error) if tier.key.is_custom() => Verdict::NoKey(error),
-        _ => match tier.key.extract_key(parts) {
+        Some(error) if class.key.is_custom() => Verdict::NoKey(error),
+        _ => match class.key.extract_key(parts) {
             Err(error) => Verdict::NoKey(error),
             // A built-in extractor that found no key a moment ago finds
             // none now; should one ever, the request is decided with it.
-            Ok(key) => decide_tier(tiers.len() - 1, tier, key, parts, report_allowed),
+            Ok(key) => decide_class(classes.len() - 1, class, key, parts, report_allowed),
         },
     }
 }
 
-/// The rules of `tier` that apply to the request, decided for `key`: all
+/// The rules of `class` that apply to the request, decided for `key`: all
 /// or nothing, through the one decision [`AllOf`](crate::policy::AllOf)
 /// makes, whatever their number.
-fn decide_tier(
+fn decide_class(
     at: usize,
-    tier: &Tier,
+    class: &ClientClass,
     key: Key<'_>,
     parts: &Parts,
     report_allowed: bool,
 ) -> Verdict {
     // Each rule's matcher runs once.
-    let applying: SmallVec<[(usize, &Rule); INLINE]> = tier.applying(parts).collect();
-    // An async rule stands alone in its tier (the builder refuses it beside
+    let applying: SmallVec<[(usize, &Rule); INLINE]> = class.applying(parts).collect();
+    // An async rule stands alone in its class (the builder refuses it beside
     // others): its store cannot take part in an all-or-nothing decision.
     if let Some((_, rule)) = applying.first() {
         if let RuleLimiter::Async(backend) = &rule.limiter {
             let cost = rule.cost_of(parts);
-            return pending(tier, rule, &**backend, key, cost, report_allowed);
+            return pending(class, rule, &**backend, key, cost, report_allowed);
         }
     }
     if applying.iter().any(|(_, rule)| rule.by_handler) {
         return Verdict::Deferred(Box::new(Deferred {
-            tier: at,
+            class: at,
             key: key.into_owned(),
             rules: applying
                 .iter()
@@ -250,12 +250,12 @@ fn decide_tier(
     let rules = applying
         .iter()
         .map(|&(_, rule)| (rule, rule.cost_of(parts)));
-    decide_rules(tier, rules, key.as_str(), report_allowed)
+    decide_rules(class, rules, key.as_str(), report_allowed)
 }
 
 /// `rules`, each with its cost, decided for `key` all or nothing.
 pub(crate) fn decide_rules<'a>(
-    tier: &'a Tier,
+    class: &'a ClientClass,
     rules: impl Iterator<Item = (&'a Rule, u32)>,
     key: &'a str,
     report_allowed: bool,
@@ -281,7 +281,7 @@ pub(crate) fn decide_rules<'a>(
         smallvec::smallvec![Decision::allow(0, 0, 0); members.len()];
     match crate::policy::decide(&members, true, &mut decisions) {
         Ok(true) if !report_allowed => Verdict::Allowed,
-        Ok(allowed) => Verdict::Decided(Box::new(report(tier, &members, &decisions, allowed))),
+        Ok(allowed) => Verdict::Decided(Box::new(report(class, &members, &decisions, allowed))),
         Err(error) => {
             let rule = members[error.member].rule;
             cost_too_high(rule, error.error)
@@ -291,7 +291,7 @@ pub(crate) fn decide_rules<'a>(
 
 /// One rule on an async backend: the check to await.
 fn pending(
-    tier: &Tier,
+    class: &ClientClass,
     rule: &Rule,
     backend: &dyn AsyncBackend,
     key: Key<'_>,
@@ -299,7 +299,7 @@ fn pending(
     report_allowed: bool,
 ) -> Verdict {
     Verdict::Pending(Box::new(Pending {
-        tier: Arc::clone(&tier.name),
+        class: Arc::clone(&class.name),
         rule: rule.clone(),
         quota: backend.quota_for(key.as_str()),
         future: backend.check_n(key.into_owned(), cost),
@@ -342,7 +342,12 @@ impl Member for Bound<'_> {
 /// The report of the rules' decisions: each rule's own decision (after an
 /// admission what is left, after a denial its peek), and the one the
 /// fields come from.
-fn report(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: bool) -> Report {
+fn report(
+    class: &ClientClass,
+    members: &[Bound<'_>],
+    decisions: &[Decision],
+    allowed: bool,
+) -> Report {
     let policies = members
         .iter()
         .zip(decisions)
@@ -350,7 +355,7 @@ fn report(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: b
             PolicyState::new(member.rule, decision, &member.backend.quota_for(member.key))
         })
         .collect();
-    let reported = tier.report.as_ref().and_then(|name| {
+    let reported = class.report.as_ref().and_then(|name| {
         members
             .iter()
             .position(|member| *member.rule.name == **name)
@@ -360,11 +365,11 @@ fn report(tier: &Tier, members: &[Bound<'_>], decisions: &[Decision], allowed: b
         _ => crate::policy::bind(decisions).binding().unwrap_or(0),
     };
     Report {
-        tier: Arc::clone(&tier.name),
+        class: Arc::clone(&class.name),
         policies,
         binding,
         allowed,
-        // A shadow rule stands alone in its tier.
+        // A shadow rule stands alone in its class.
         shadow: !allowed && members.iter().all(|member| member.rule.shadow),
         retry_after_secs: retry_after_secs(&decisions[binding]),
     }
@@ -389,12 +394,12 @@ mod tests {
         })
     }
 
-    fn tier(name: &str, key: KeyExtractor) -> Tier {
+    fn class(name: &str, key: KeyExtractor) -> ClientClass {
         let limiter =
             KeyedRateLimiter::<String, TokenBucket>::builder(Quota::per_second(5).unwrap())
                 .build()
                 .unwrap();
-        Tier::new(name, key).rule(Rule::new("r", Arc::new(limiter)))
+        ClientClass::new(name, key).rule(Rule::new("r", Arc::new(limiter)))
     }
 
     #[test]
@@ -406,28 +411,28 @@ mod tests {
         };
         // A key function last: its own error, from its only call.
         let calls = Arc::new(AtomicUsize::new(0));
-        let tiers = [
-            tier("signed-in", KeyExtractor::bearer_token()),
-            tier("users", counting(&calls)),
+        let classes = [
+            class("signed-in", KeyExtractor::bearer_token()),
+            class("users", counting(&calls)),
         ];
         assert_eq!(
-            no_key(decide(&tiers, &parts, false)),
+            no_key(decide(&classes, &parts, false)),
             KeyError::Custom("no user".to_string())
         );
         assert_eq!(calls.load(Ordering::Relaxed), 1);
         // A key function first, a built-in extractor last: the built-in's
         // error; the function still runs once.
         let calls = Arc::new(AtomicUsize::new(0));
-        let tiers = [
-            tier("users", counting(&calls)),
-            tier("signed-in", KeyExtractor::bearer_token()),
+        let classes = [
+            class("users", counting(&calls)),
+            class("signed-in", KeyExtractor::bearer_token()),
         ];
         assert_eq!(
-            no_key(decide(&tiers, &parts, false)),
+            no_key(decide(&classes, &parts, false)),
             KeyError::MissingHeader(http::header::AUTHORIZATION)
         );
         assert_eq!(calls.load(Ordering::Relaxed), 1);
-        // No tier: unlimited.
+        // No class: unlimited.
         assert!(matches!(decide(&[], &parts, false), Verdict::Unlimited));
     }
 }

@@ -1,10 +1,10 @@
 //! Policy-file policies behind the layer (features `http` and `serde`):
-//! a [`PolicyLimiter`] as a [`Rule`], its key kind as a [`Tier`]'s key,
+//! a [`PolicyLimiter`] as a [`Rule`], its key kind as a [`ClientClass`]'s key,
 //! and a whole layer from a [`PolicyFile`].
 
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
-use super::policy::{AsyncBackend, Backend, BackendFuture, Rule, RuleLimiter, Tier};
+use super::policy::{AsyncBackend, Backend, BackendFuture, ClientClass, Rule, RuleLimiter};
 use crate::policy::config::{ConfigError, KeyKind, PolicyFile, PolicyLimiter};
 use crate::policy::{Held, StateId, TierId};
 use crate::sync::Arc;
@@ -18,8 +18,8 @@ use std::fmt;
 pub enum PolicyLayerError {
     /// The policy keys on a name of the application's own (`key =
     /// "user"`): the layer cannot know where that key is in a request.
-    /// Give the tier an explicit extractor:
-    /// `Tier::new(name, KeyExtractor::from_fn(..)).rule(Rule::from_policy(limiter))`.
+    /// Give the class an explicit extractor:
+    /// `ClientClass::new(name, KeyExtractor::from_fn(..)).rule(Rule::from_policy(limiter))`.
     NamedKey {
         /// The policy.
         policy: String,
@@ -51,8 +51,8 @@ impl fmt::Display for PolicyLayerError {
                 f,
                 "policy {policy:?} keys on {name:?}, which the layer cannot find in a request \
                  (it knows \"global\", \"ip\", \"bearer\" and \"header:NAME\"): \
-                 give its tier an explicit key extractor \
-                 (Tier::new(name, extractor).rule(Rule::from_policy(limiter)))"
+                 give its class an explicit key extractor \
+                 (ClientClass::new(name, extractor).rule(Rule::from_policy(limiter)))"
             ),
             PolicyLayerError::InvalidHeaderName { policy, name } => {
                 write!(f, "policy {policy:?}: {name:?} is not a valid header name")
@@ -173,9 +173,9 @@ impl Rule {
     ///
     /// A policy in memory is checked in `call`, like [`Rule::new`]; on
     /// Redis, synced or leased it is awaited, like
-    /// [`Rule::new_async`] (so it must be its tier's only rule; a synced
+    /// [`Rule::new_async`] (so it must be its class's only rule; a synced
     /// policy too, since it has no peek to take part in an all-or-nothing
-    /// check). A shadow policy must also be its tier's only rule
+    /// check). A shadow policy must also be its class's only rule
     /// ([`Rule::shadow`]).
     ///
     /// # Examples
@@ -183,7 +183,7 @@ impl Rule {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use rategate::http::{KeyExtractor, RateLimitLayer, Rule, Tier};
+    /// use rategate::http::{KeyExtractor, RateLimitLayer, Rule, ClientClass};
     /// use rategate::policy::TierId;
     /// use rategate::policy::config::{PolicyFile, PolicyLimiter};
     /// use std::sync::Arc;
@@ -202,7 +202,7 @@ impl Rule {
     ///     parts.headers.get("x-user")?.to_str().ok().map(str::to_owned)
     /// });
     /// let layer = RateLimitLayer::builder()
-    ///     .tier(Tier::new("users", by_user).rule(Rule::from_policy(Arc::new(limiter))))
+    ///     .class(ClientClass::new("users", by_user).rule(Rule::from_policy(Arc::new(limiter))))
     ///     .build()?;
     /// # let _ = layer;
     /// # Ok(())
@@ -223,17 +223,17 @@ impl Rule {
     }
 }
 
-impl Tier {
-    /// A tier of one policy-file policy: named after the policy, keyed as
+impl ClientClass {
+    /// A class of one policy-file policy: named after the policy, keyed as
     /// its `key` says (`"global"`: one key for all; `"ip"`: the peer's
     /// address, as [`KeyExtractor::peer_ip`]; `"bearer"`: the token of
     /// `Authorization: Bearer <token>`, as [`KeyExtractor::bearer_token`];
     /// `"header:NAME"`: that header's value), with [`Rule::from_policy`] as
     /// its rule. A request without the key (no header, or no bearer token)
-    /// goes on to the layer's next tier, and is answered `400` if no tier
+    /// goes on to the layer's next class, and is answered `400` if no class
     /// has its key. Behind a reverse proxy, key by
     /// [`KeyExtractor::client_ip`] with
-    /// `Tier::new(..).rule(Rule::from_policy(..))` instead.
+    /// `ClientClass::new(..).rule(Rule::from_policy(..))` instead.
     ///
     /// # Errors
     ///
@@ -241,10 +241,10 @@ impl Tier {
     /// own (`key = "user"`), which needs an explicit extractor;
     /// [`PolicyLayerError::InvalidHeaderName`] for a header name HTTP does
     /// not allow.
-    pub fn from_policy(limiter: Arc<PolicyLimiter>) -> Result<Tier, PolicyLayerError> {
+    pub fn from_policy(limiter: Arc<PolicyLimiter>) -> Result<ClientClass, PolicyLayerError> {
         let key = policy_key(limiter.name(), limiter.key_kind())?;
         let name = limiter.name().to_owned();
-        Ok(Tier::new(&name, key).rule(Rule::from_policy(limiter)))
+        Ok(ClientClass::new(&name, key).rule(Rule::from_policy(limiter)))
     }
 }
 
@@ -268,14 +268,14 @@ fn policy_key(policy: &str, kind: &KeyKind) -> Result<KeyExtractor, PolicyLayerE
 }
 
 impl RateLimitLayer {
-    /// A layer of the policies `names` of `file`, one [tier](Tier) each
-    /// ([`Tier::from_policy`]), tried in the order given: the first whose
+    /// A layer of the policies `names` of `file`, one [class](ClientClass) each
+    /// ([`ClientClass::from_policy`]), tried in the order given: the first whose
     /// key the request has decides it (a `"header:x-api-key"` or
     /// `"bearer"` policy before an `"ip"` one: clients with a key by key,
     /// the others by address).
     /// Each policy's keys go to its default tier unless the file overrides
     /// them; for a resolver of your own, build with [`PolicyLimiter::build`]
-    /// and [`Tier::from_policy`].
+    /// and [`ClientClass::from_policy`].
     ///
     /// The builder's defaults apply (the rate-limit fields on 429s only);
     /// for other header choices start from a builder:
@@ -287,8 +287,8 @@ impl RateLimitLayer {
     /// [`PolicyLayerError::UnknownPolicy`] for a name the file lacks,
     /// [`PolicyLayerError::Config`] when a policy's limiters cannot be built
     /// (a Redis server that does not answer), the errors of
-    /// [`Tier::from_policy`], and [`PolicyLayerError::Build`] for no names
-    /// or a Redis policy that is not alone in its tier.
+    /// [`ClientClass::from_policy`], and [`PolicyLayerError::Build`] for no names
+    /// or a Redis policy that is not alone in its class.
     pub async fn from_policies(
         file: &PolicyFile,
         names: &[&str],
@@ -301,7 +301,7 @@ impl RateLimitLayer {
 }
 
 impl RateLimitBuilder {
-    /// Adds the policies `names` of `file` as tiers, one each, as
+    /// Adds the policies `names` of `file` as classes, one each, as
     /// [`RateLimitLayer::from_policies`] does, keeping the builder's other
     /// choices (header fields, shadow mode, a responder).
     ///
@@ -322,7 +322,7 @@ impl RateLimitBuilder {
             // before any connection is made.
             policy_key(&policy.name, &policy.key)?;
             let limiter = PolicyLimiter::build(policy, Box::new(|_: &str| TierId::DEFAULT)).await?;
-            self = self.tier(Tier::from_policy(Arc::new(limiter))?);
+            self = self.class(ClientClass::from_policy(Arc::new(limiter))?);
         }
         Ok(self)
     }

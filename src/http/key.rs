@@ -57,7 +57,7 @@ type KnownFn = dyn Fn(&str) -> bool + Send + Sync;
 /// Takes a request's key: its client IP, a header, a constant, or anything
 /// a function computes.
 ///
-/// Keys from different extractors share one namespace: give each tier its
+/// Keys from different extractors share one namespace: give each class its
 /// own limiters (or prefix keys in a [`from_fn`](KeyExtractor::from_fn)),
 /// so that an API key written as `203.0.113.9` cannot spend that IP
 /// address's budget.
@@ -68,8 +68,8 @@ type KnownFn = dyn Fn(&str) -> bool + Send + Sync;
 /// check, every made-up API key gets a fresh budget of its own, and an
 /// anonymous client escapes the per-IP limit by sending random keys.
 /// [`validate`](KeyExtractor::validate) gives the extractor the
-/// application's check: a key it refuses falls through to the next tier
-/// (an anonymous tier keyed by IP), or with
+/// application's check: a key it refuses falls through to the next class
+/// (an anonymous class keyed by IP), or with
 /// [`reject_unknown`](KeyExtractor::reject_unknown) is answered
 /// `401 Unauthorized` ([`KeyError::UnknownKey`]). The check runs on every
 /// request before any limiter is touched, so it must be quick: look the key
@@ -100,7 +100,7 @@ pub struct KeyExtractor {
     kind: Kind,
     /// The application's check of a key found; `None` takes every key.
     known: Option<Arc<KnownFn>>,
-    /// An unknown key is answered 401 rather than left to the next tier.
+    /// An unknown key is answered 401 rather than left to the next class.
     reject_unknown: bool,
 }
 
@@ -171,7 +171,7 @@ impl KeyExtractor {
 
     /// Answers a request whose key [`validate`](Self::validate) refused
     /// with `401 Unauthorized` and a problem body, instead of trying the
-    /// next tier.
+    /// next class.
     pub fn reject_unknown(mut self) -> Self {
         self.reject_unknown = true;
         self
@@ -285,15 +285,15 @@ impl KeyExtractor {
     }
 
     /// [`extract_key`](Self::extract_key) without the error: `None` where
-    /// it would fail. The layer tries its tiers in turn and shows only the
-    /// last one's error, if every tier fails; the error a signed-in tier
+    /// it would fail. The layer tries its classes in turn and shows only the
+    /// last one's error, if every class fails; the error a signed-in class
     /// finds on each anonymous request (the header's name cloned into it,
     /// then dropped) is code each such request would run for nothing.
     /// A key function of the application's own is called once: its error
     /// goes to `custom_error` (the built-in extractors give the same
     /// error when asked again; a function might not).
     ///
-    /// A key the application's check refuses is `Ok(None)` (the next tier
+    /// A key the application's check refuses is `Ok(None)` (the next class
     /// decides), or with [`reject_unknown`](Self::reject_unknown)
     /// [`KeyError::UnknownKey`] (the request is answered at once).
     pub(crate) fn find_key<'a>(

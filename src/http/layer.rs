@@ -5,7 +5,7 @@ use super::charge::Charge;
 use super::decide::{Deferred, Pending, Report, Verdict, decide};
 use super::future::ResponseFuture;
 use super::key::KeyExtractor;
-use super::policy::{Rule, RuleLimiter, Tier};
+use super::policy::{ClientClass, Rule, RuleLimiter};
 use super::response::{HeaderOptions, Rejection, Responder, problem_response, write_headers};
 use super::stats::{Counters, LayerStats, StripedCounters};
 use crate::headers::ResetFormat;
@@ -22,23 +22,23 @@ use tower::{Layer, Service};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// No tier was added: nothing would be limited.
+    /// No class was added: nothing would be limited.
     NoTiers,
-    /// A tier holds an async (Redis) rule beside other rules. A store
+    /// A class holds an async (Redis) rule beside other rules. A store
     /// reached over the network cannot take part in an all-or-nothing
-    /// check, so such a rule must be its tier's only one.
+    /// check, so such a rule must be its class's only one.
     AsyncNotAlone {
-        /// The tier.
-        tier: String,
+        /// The class.
+        class: String,
         /// The async rule.
         rule: String,
     },
-    /// A tier holds a shadow rule beside other rules. Its denials must not
+    /// A class holds a shadow rule beside other rules. Its denials must not
     /// deny, so it cannot take part in an all-or-nothing check: such a
-    /// rule must be its tier's only one.
+    /// rule must be its class's only one.
     ShadowNotAlone {
-        /// The tier.
-        tier: String,
+        /// The class.
+        class: String,
         /// The shadow rule.
         rule: String,
     },
@@ -46,8 +46,8 @@ pub enum BuildError {
     /// rule can be decided when the handler calls
     /// [`Charge::charge`](super::Charge::charge).
     AsyncChargedByHandler {
-        /// The tier.
-        tier: String,
+        /// The class.
+        class: String,
         /// The async rule.
         rule: String,
     },
@@ -56,20 +56,20 @@ pub enum BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::NoTiers => f.write_str("a rate-limit layer needs at least one tier"),
-            BuildError::AsyncNotAlone { tier, rule } => write!(
+            BuildError::NoTiers => f.write_str("a rate-limit layer needs at least one class"),
+            BuildError::AsyncNotAlone { class, rule } => write!(
                 f,
-                "tier {tier:?}: the async rule {rule:?} must be the tier's only rule \
+                "class {class:?}: the async rule {rule:?} must be the class's only rule \
                  (it cannot be checked all-or-nothing with others)"
             ),
-            BuildError::ShadowNotAlone { tier, rule } => write!(
+            BuildError::ShadowNotAlone { class, rule } => write!(
                 f,
-                "tier {tier:?}: the shadow rule {rule:?} must be the tier's only rule \
+                "class {class:?}: the shadow rule {rule:?} must be the class's only rule \
                  (it cannot be checked all-or-nothing with others)"
             ),
-            BuildError::AsyncChargedByHandler { tier, rule } => write!(
+            BuildError::AsyncChargedByHandler { class, rule } => write!(
                 f,
-                "tier {tier:?}: the async rule {rule:?} cannot be charged by the handler \
+                "class {class:?}: the async rule {rule:?} cannot be charged by the handler \
                  (only in-memory rules can)"
             ),
         }
@@ -80,7 +80,7 @@ impl std::error::Error for BuildError {}
 
 /// The configuration every clone of the layer and its services shares.
 pub(crate) struct Config {
-    pub(crate) tiers: Vec<Tier>,
+    pub(crate) classes: Vec<ClientClass>,
     shadow: bool,
     headers: HeaderOptions,
     responder: Option<Responder>,
@@ -133,7 +133,7 @@ impl Config {
                 Counters::bump(&c.limited);
                 let binding = report.binding();
                 let mut response = self.respond(&Rejection::Limited {
-                    tier: &report.tier,
+                    class: &report.class,
                     policy: &binding.name,
                     retry_after_secs: report.retry_after_secs.unwrap_or(1).max(1),
                     fields: &binding.fields,
@@ -192,7 +192,7 @@ impl Config {
 /// Builds a [`RateLimitLayer`]; from [`RateLimitLayer::builder`].
 #[must_use]
 pub struct RateLimitBuilder {
-    tiers: Vec<Tier>,
+    classes: Vec<ClientClass>,
     shadow: bool,
     headers: HeaderOptions,
     responder: Option<Responder>,
@@ -201,17 +201,17 @@ pub struct RateLimitBuilder {
 impl fmt::Debug for RateLimitBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitBuilder")
-            .field("tiers", &self.tiers)
+            .field("classes", &self.classes)
             .field("shadow", &self.shadow)
             .finish_non_exhaustive()
     }
 }
 
 impl RateLimitBuilder {
-    /// Adds a tier. Tiers are tried in order: the first whose key extractor
+    /// Adds a class. Classes are tried in order: the first whose key extractor
     /// finds a key decides the request.
-    pub fn tier(mut self, tier: Tier) -> Self {
-        self.tiers.push(tier);
+    pub fn class(mut self, class: ClientClass) -> Self {
+        self.classes.push(class);
         self
     }
 
@@ -267,14 +267,14 @@ impl RateLimitBuilder {
     /// `retry-after`.
     ///
     /// ```
-    /// use rategate::http::{RateLimitLayer, KeyExtractor, Rule, Tier};
+    /// use rategate::http::{RateLimitLayer, KeyExtractor, Rule, ClientClass};
     /// use rategate::{KeyedRateLimiter, Quota, TokenBucket};
     /// use std::sync::Arc;
     ///
     /// let limiter = Arc::new(KeyedRateLimiter::<String, TokenBucket>::new(Quota::per_hour(60)?)?);
     /// // GitHub-style: `x-ratelimit-*` and `ratelimit` on every response.
     /// let layer = RateLimitLayer::builder()
-    ///     .tier(Tier::new("anonymous", KeyExtractor::peer_ip()).rule(Rule::new("hourly", limiter)))
+    ///     .class(ClientClass::new("anonymous", KeyExtractor::peer_ip()).rule(Rule::new("hourly", limiter)))
     ///     .headers_on_allowed(true)
     ///     .build()?;
     /// # let _ = layer;
@@ -300,38 +300,38 @@ impl RateLimitBuilder {
     ///
     /// # Errors
     ///
-    /// [`BuildError::NoTiers`] without a tier; [`BuildError::AsyncNotAlone`]
-    /// for an async rule beside others in a tier, and
+    /// [`BuildError::NoTiers`] without a class; [`BuildError::AsyncNotAlone`]
+    /// for an async rule beside others in a class, and
     /// [`BuildError::ShadowNotAlone`] for a shadow rule beside others.
     pub fn build(self) -> Result<RateLimitLayer, BuildError> {
-        if self.tiers.is_empty() {
+        if self.classes.is_empty() {
             return Err(BuildError::NoTiers);
         }
-        for tier in &self.tiers {
-            if let Some(rule) = tier
+        for class in &self.classes {
+            if let Some(rule) = class
                 .rules
                 .iter()
                 .find(|r| r.by_handler && matches!(r.limiter, RuleLimiter::Async(_)))
             {
                 return Err(BuildError::AsyncChargedByHandler {
-                    tier: tier.name.to_string(),
+                    class: class.name.to_string(),
                     rule: rule.name.to_string(),
                 });
             }
-            if tier.rules.len() > 1 {
-                if let Some(rule) = tier
+            if class.rules.len() > 1 {
+                if let Some(rule) = class
                     .rules
                     .iter()
                     .find(|r| matches!(r.limiter, RuleLimiter::Async(_)))
                 {
                     return Err(BuildError::AsyncNotAlone {
-                        tier: tier.name.to_string(),
+                        class: class.name.to_string(),
                         rule: rule.name.to_string(),
                     });
                 }
-                if let Some(rule) = tier.rules.iter().find(|r| r.shadow) {
+                if let Some(rule) = class.rules.iter().find(|r| r.shadow) {
                     return Err(BuildError::ShadowNotAlone {
-                        tier: tier.name.to_string(),
+                        class: class.name.to_string(),
                         rule: rule.name.to_string(),
                     });
                 }
@@ -345,7 +345,7 @@ impl RateLimitBuilder {
     fn assemble(self) -> RateLimitLayer {
         RateLimitLayer {
             config: Arc::new(Config {
-                tiers: self.tiers,
+                classes: self.classes,
                 shadow: self.shadow,
                 headers: self.headers,
                 responder: self.responder,
@@ -361,8 +361,8 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 
 /// A tower [`Layer`] that rate-limits HTTP requests (axum, hyper, tonic).
 ///
-/// Each request is keyed by its [tier](Tier) (client IP, API key, token, a
-/// function), checked against every [rule](Rule) of the tier that applies
+/// Each request is keyed by its [class](ClientClass) (client IP, API key, token, a
+/// function), checked against every [rule](Rule) of the class that applies
 /// to it, all or nothing, and then either served, or answered `429 Too Many
 /// Requests` with `retry-after`, the rate-limit header fields and an RFC
 /// 9457 problem body. By default the fields go on 429s only (and on shadow
@@ -391,21 +391,21 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// # Examples
 ///
 /// ```
-/// use rategate::http::{ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule, Tier};
+/// use rategate::http::{ClientIp, KeyExtractor, Matcher, RateLimitLayer, Rule, ClientClass};
 /// use rategate::{KeyedRateLimiter, Quota, TokenBucket};
 /// use std::sync::Arc;
 ///
 /// type Keyed = KeyedRateLimiter<String, TokenBucket>;
-/// // GitHub-style tiers: tokens at 5,000/h, anonymous clients by IP at 60/h.
+/// // GitHub-style classes: tokens at 5,000/h, anonymous clients by IP at 60/h.
 /// let signed_in = Arc::new(Keyed::new(Quota::per_hour(5000)?)?);
 /// let anonymous = Arc::new(Keyed::builder(Quota::per_hour(60)?).max_keys(1_000_000).build()?);
 /// // Stripe-style: writes limited apart from reads.
 /// let writes = Arc::new(Keyed::new(Quota::per_second(25)?)?);
 /// let layer = RateLimitLayer::builder()
-///     .tier(Tier::new("signed-in", KeyExtractor::bearer_token())
+///     .class(ClientClass::new("signed-in", KeyExtractor::bearer_token())
 ///         .rule(Rule::new("hourly", signed_in))
 ///         .rule(Rule::new("writes", writes).when(Matcher::writes())))
-///     .tier(Tier::new("anonymous", KeyExtractor::client_ip(
+///     .class(ClientClass::new("anonymous", KeyExtractor::client_ip(
 ///             ClientIp::new().trust_proxies(["10.0.0.0/8"])?))
 ///         .rule(Rule::new("hourly", anonymous)))
 ///     .build()?;
@@ -438,28 +438,28 @@ impl<K> Clone for RateLimitLayer<K> {
 impl<K> fmt::Debug for RateLimitLayer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("tiers", &self.config.tiers)
+            .field("classes", &self.config.classes)
             .field("shadow", &self.config.shadow)
             .finish_non_exhaustive()
     }
 }
 
 impl RateLimitLayer {
-    /// A builder to add tiers, shadow mode, header choices and a responder.
+    /// A builder to add classes, shadow mode, header choices and a responder.
     pub fn builder() -> RateLimitBuilder {
         RateLimitBuilder {
-            tiers: Vec::new(),
+            classes: Vec::new(),
             shadow: false,
             headers: HeaderOptions::default(),
             responder: None,
         }
     }
 
-    /// One tier, `default`, keyed by `key` and limited by `rule`.
+    /// One class, `default`, keyed by `key` and limited by `rule`.
     pub fn new(key: KeyExtractor, rule: Rule) -> RateLimitLayer {
         // One rule, sync or async, always stands alone: nothing to check.
         Self::builder()
-            .tier(Tier::new("default", key).rule(rule))
+            .class(ClientClass::new("default", key).rule(rule))
             .assemble()
     }
 
@@ -627,7 +627,7 @@ where
         let (parts, body) = request.into_parts();
         // An admitted request needs its report only for the fields on
         // every response.
-        let verdict = decide(&self.config.tiers, &parts, self.config.headers.on_allowed);
+        let verdict = decide(&self.config.classes, &parts, self.config.headers.on_allowed);
         let mut request = Request::from_parts(parts, body);
         // The common case served here: an admission with nothing to write,
         // without `settle`'s frame and its match of every verdict.

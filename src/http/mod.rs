@@ -12,7 +12,7 @@
 //!   grouped by prefix), a header (API key, bearer token), a constant, a
 //!   function, each with the application's check of the key
 //!   ([`KeyExtractor::validate`]); [`KeyError`] when there is none.
-//! * Policies: [`Tier`]s of keys, each with [`Rule`]s that apply by route
+//! * Policies: [`ClientClass`]es of clients, each with [`Rule`]s that apply by route
 //!   and method ([`Matcher`]) and charge a cost (from the request's head,
 //!   or from its handler through a [`Charge`]); the rules on one request
 //!   are decided all or nothing, as [`AllOf`](crate::policy::AllOf)
@@ -22,7 +22,7 @@
 //!   when Redis cannot, and the synced and leased limiters).
 //! * Policy files (feature `serde`): a `PolicyLimiter` (from
 //!   `policy::config`) as a rule (`Rule::from_policy`) or a tier
-//!   (`Tier::from_policy`: its key kind as the key), or a whole layer from
+//!   (`ClientClass::from_policy`: its key kind as the key), or a whole layer from
 //!   a `PolicyFile` (`RateLimitLayer::from_policies`); the headers report
 //!   the quota of each key's tier, and a policy's `shadow = true` admits
 //!   while counting.
@@ -79,6 +79,6 @@ pub use from_policy::PolicyLayerError;
 pub use future::ResponseFuture;
 pub use key::{DEFAULT_MAX_KEY_LEN, KeyError, KeyExtractor, peer_addr};
 pub use layer::{BuildError, PER_IP_MAX_KEYS, RateLimit, RateLimitBuilder, RateLimitLayer};
-pub use policy::{AsyncBackend, Backend, BackendFuture, Matcher, Rule, Tier};
+pub use policy::{AsyncBackend, Backend, BackendFuture, ClientClass, Matcher, Rule};
 pub use response::{Rejection, Responder, problem_response};
 pub use stats::LayerStats;

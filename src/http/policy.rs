@@ -1,4 +1,4 @@
-//! What limits a request: tiers of keys, rules per route and method, costs,
+//! What limits a request: classes of keys, rules per route and method, costs,
 //! and the limiters behind them.
 
 use super::key::KeyExtractor;
@@ -460,7 +460,7 @@ impl Rule {
     }
 
     /// A rule named `name` checked by an async `limiter` (a Redis limiter).
-    /// A tier holding one must hold no other rule
+    /// A class holding one must hold no other rule
     /// ([`BuildError::AsyncNotAlone`](super::BuildError::AsyncNotAlone)):
     /// its store cannot take part in an all-or-nothing check.
     pub fn new_async<B: AsyncBackend>(name: &str, limiter: B) -> Rule {
@@ -534,7 +534,7 @@ impl Rule {
     /// serves the request and counts in
     /// [`LayerStats::shadow_limited`](super::LayerStats::shadow_limited).
     /// A denied request consumes nothing, as always. Such a rule must be
-    /// its tier's only one
+    /// its class's only one
     /// ([`BuildError::ShadowNotAlone`](super::BuildError::ShadowNotAlone)).
     pub fn shadow(mut self, on: bool) -> Rule {
         self.shadow = on;
@@ -572,8 +572,8 @@ impl Rule {
 /// A class of clients, keyed its own way, with its own rules (GitHub:
 /// signed-in requests by token at 5,000/h, anonymous ones by IP at 60/h).
 ///
-/// The layer tries tiers in order; the first whose key extractor finds a
-/// key decides the request with every rule of that tier that applies to
+/// The layer tries classes in order; the first whose key extractor finds a
+/// key decides the request with every rule of that class that applies to
 /// it, all or nothing.
 ///
 /// # Which rule the fields report
@@ -581,12 +581,12 @@ impl Rule {
 /// A response's `x-ratelimit-*` fields and `retry-after` report one rule.
 /// On a 429, the rule that denied (the one with the longest wait when
 /// several did). On an admitted request, the rule named by
-/// [`report`](Tier::report) when it applied, else the one with the fewest
+/// [`report`](ClientClass::report) when it applied, else the one with the fewest
 /// requests remaining. GitHub's clients read the hourly budget from every
 /// response: name it with `report("hourly")` so that a per-second rule
 /// beside it does not take its place.
 #[derive(Clone, Debug)]
-pub struct Tier {
+pub struct ClientClass {
     pub(crate) name: Arc<str>,
     pub(crate) key: KeyExtractor,
     pub(crate) rules: Vec<Rule>,
@@ -594,10 +594,10 @@ pub struct Tier {
     pub(crate) report: Option<Arc<str>>,
 }
 
-impl Tier {
-    /// A tier named `name` whose requests are keyed by `key`.
-    pub fn new(name: &str, key: KeyExtractor) -> Tier {
-        Tier {
+impl ClientClass {
+    /// A class named `name` whose requests are keyed by `key`.
+    pub fn new(name: &str, key: KeyExtractor) -> ClientClass {
+        ClientClass {
             name: Arc::from(name),
             key,
             rules: Vec::new(),
@@ -606,7 +606,7 @@ impl Tier {
     }
 
     /// Adds a rule.
-    pub fn rule(mut self, rule: Rule) -> Tier {
+    pub fn rule(mut self, rule: Rule) -> ClientClass {
         self.rules.push(rule);
         self
     }
@@ -614,13 +614,13 @@ impl Tier {
     /// The rule whose budget an admitted request's fields report, when it
     /// applies to the request (see the type's docs; by default the rule
     /// with the fewest remaining).
-    pub fn report(mut self, rule: &str) -> Tier {
+    pub fn report(mut self, rule: &str) -> ClientClass {
         self.report = Some(Arc::from(rule));
         self
     }
 
     /// The rules that apply to the request whose head is `parts`, in the
-    /// tier's order, with their places in the tier.
+    /// class's order, with their places in the class.
     pub(crate) fn applying<'a>(
         &'a self,
         parts: &'a Parts,
@@ -631,7 +631,7 @@ impl Tier {
             .filter(|(_, rule)| rule.applies(parts))
     }
 
-    /// The tier's name.
+    /// The class's name.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -23,8 +23,8 @@ pub enum Rejection<'a> {
     /// layer adds `retry-after` and the rate-limit headers to whatever the
     /// responder returns.
     Limited {
-        /// The tier the request was keyed in.
-        tier: &'a str,
+        /// The class the request was keyed in.
+        class: &'a str,
         /// The rule that denied it (the one with the longest wait).
         policy: &'a str,
         /// Whole seconds until a retry would pass, at least 1.
@@ -32,7 +32,7 @@ pub enum Rejection<'a> {
         /// That rule's header values.
         fields: &'a RateLimitFields,
     },
-    /// No tier found a key: by default `500` when the server records no
+    /// No class found a key: by default `500` when the server records no
     /// peer address (a setup error), `401` for a key the application's
     /// check refused ([`KeyError::UnknownKey`]), `400` when a header is
     /// missing or unusable.
@@ -386,7 +386,7 @@ mod tests {
             &crate::Quota::per_second(1).unwrap(),
         );
         let r = problem_response(&Rejection::Limited {
-            tier: "t",
+            class: "t",
             policy: "p\"",
             retry_after_secs: 1,
             fields: &fields,

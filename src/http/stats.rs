@@ -14,7 +14,7 @@ pub struct LayerStats {
     /// In shadow mode, requests that would have been answered 429 (they
     /// were served).
     pub shadow_limited: u64,
-    /// Requests no tier found a key for (answered, or in shadow mode
+    /// Requests no class found a key for (answered, or in shadow mode
     /// served, without a limit).
     pub no_key: u64,
     /// Requests whose cost a limit can never admit.
