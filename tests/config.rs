@@ -9,8 +9,8 @@ mod redis_server;
 
 use rategate::policy::TierId;
 use rategate::policy::config::{
-    Backend, Backends, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, KeyKind, PolicyFile,
-    PolicyLimiter, StoreDownConfig,
+    DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL, KeyKind, PolicyFile, PolicyLimiter, Store,
+    TierLimiters,
 };
 use rategate::{AlgorithmKind, ManualClock, Quota};
 use std::time::Duration;
@@ -82,7 +82,7 @@ fn a_file_loads_with_every_field() {
     assert_eq!(api.overrides, [("acme".to_string(), 1)]);
     assert_eq!(
         api.backend,
-        Backend::Memory {
+        Store::Memory {
             max_keys: Some(1000),
             sweep_interval: None,
         }
@@ -95,7 +95,7 @@ fn a_file_loads_with_every_field() {
     );
     assert_eq!(
         login.backend,
-        Backend::Memory {
+        Store::Memory {
             max_keys: None,
             sweep_interval: None
         }
@@ -365,7 +365,7 @@ fn build(policy: &rategate::policy::config::Policy) -> PolicyLimiter {
 
 /// Each tier's key cap, through the built limiter.
 fn caps(limiter: &PolicyLimiter) -> Vec<Option<usize>> {
-    let Backends::Memory(tiers) = limiter.backends() else {
+    let TierLimiters::Memory(tiers) = limiter.limiters() else {
         panic!("a memory policy");
     };
     tiers
@@ -417,7 +417,7 @@ fn a_cap_from_the_file_bounds_distinct_keys_in_every_tier() {
         .count();
     assert_eq!(limiter.record_live_keys(), 1000);
     assert_eq!(admitted, 1000 + 5);
-    let Backends::Memory(tiers) = limiter.backends() else {
+    let TierLimiters::Memory(tiers) = limiter.limiters() else {
         panic!("a memory policy");
     };
     assert_eq!(tiers.tiers()[0].limiter().overflow_count(), 2000);
@@ -451,7 +451,7 @@ fn max_keys_zero_is_an_error_naming_the_policy() {
         .policy("login")
         .unwrap()
         .clone();
-    policy.backend = Backend::Memory {
+    policy.backend = Store::Memory {
         max_keys: Some(0),
         sweep_interval: None,
     };
@@ -462,7 +462,7 @@ fn max_keys_zero_is_an_error_naming_the_policy() {
         (err.policy(), err.field_name()),
         (Some("login"), Some("backend.max_keys"))
     );
-    policy.backend = Backend::Memory {
+    policy.backend = Store::Memory {
         max_keys: None,
         sweep_interval: Some(Duration::ZERO),
     };
@@ -517,7 +517,7 @@ fn the_sweep_interval_comes_from_the_file() {
     let api = file.policy("api").unwrap();
     assert_eq!(
         api.backend,
-        Backend::Memory {
+        Store::Memory {
             max_keys: None,
             sweep_interval: Some(Duration::from_secs(1)),
         }
@@ -556,7 +556,7 @@ fn bearer_is_a_key_kind() {
 mod redis {
     use super::*;
     use crate::redis_server::RedisServer;
-    use rategate::policy::config::Backends;
+    use rategate::policy::config::TierLimiters;
 
     fn file(url: &str) -> String {
         format!(
@@ -588,11 +588,11 @@ mod redis {
         let central = file.policy("central").unwrap();
         assert_eq!(
             central.backend,
-            Backend::Redis {
+            Store::Redis {
                 url: server.url(),
                 prefix: "central".into(),
                 timeout: Some(Duration::from_millis(200)),
-                store_down: StoreDownConfig::Closed,
+                store_down: rategate::policy::StoreDown::FailClosed,
             }
         );
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -608,7 +608,7 @@ mod redis {
                 )
             };
             let central = build("central").await.unwrap();
-            assert!(matches!(central.backends(), Backends::Redis(_)));
+            assert!(matches!(central.limiters(), TierLimiters::Redis(_)));
             assert!(central.try_check_n("k", 1).is_none());
             let mut allowed = 0;
             for _ in 0..5 {
@@ -626,7 +626,7 @@ mod redis {
             assert_eq!((vip.tier(), vip.decision().limit()), (TierId::new(1), 10));
 
             let synced = build("synced").await.unwrap();
-            assert!(matches!(synced.backends(), Backends::Synced(_)));
+            assert!(matches!(synced.limiters(), TierLimiters::Synced(_)));
             let allowed = (0..6)
                 .filter(|_| {
                     synced
@@ -641,7 +641,7 @@ mod redis {
             assert_eq!(synced.record_live_keys(), 1);
 
             let leased = build("leased").await.unwrap();
-            assert!(matches!(leased.backends(), Backends::Leased(_)));
+            assert!(matches!(leased.limiters(), TierLimiters::Leased(_)));
             let d = leased.check_n("l", 1).await.unwrap();
             assert_eq!(d.decision().limit(), 100);
         });

@@ -20,7 +20,7 @@ use rategate::http::{
     BuildError, ClientClass, KeyExtractor, PolicyLayerError, RateLimitLayer, Rule,
 };
 use rategate::policy::TierId;
-use rategate::policy::config::{Backends, PolicyFile, PolicyLimiter};
+use rategate::policy::config::{PolicyFile, PolicyLimiter, TierLimiters};
 use std::sync::Arc;
 use support::{Client, Reply, serve};
 
@@ -288,7 +288,7 @@ async fn policies_in_one_tier_are_all_or_nothing() {
     );
     assert!(replies[3].body.contains(r#""policy":"burst""#));
     // The denials charged nothing to the hourly limit: one left there.
-    let Backends::Memory(tiers) = hourly.backends() else {
+    let TierLimiters::Memory(tiers) = hourly.limiters() else {
         panic!("a memory policy");
     };
     let left = tiers.select("127.0.0.1").limiter().peek_n("127.0.0.1", 0);

@@ -131,7 +131,8 @@ fn policy_counters_move_as_documented() {
 #[cfg(feature = "redis")]
 #[test]
 fn store_down_decisions_and_redis_latency_are_recorded() {
-    use rategate::redis::{RedisLimiter, Source, StoreDown};
+    use rategate::policy::StoreDown;
+    use rategate::redis::{RedisLimiter, Source};
     use rategate::{Quota, TokenBucket};
     use std::time::Duration;
 

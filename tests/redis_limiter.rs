@@ -10,9 +10,8 @@ mod redis_server;
 #[path = "support/delay_proxy.rs"]
 mod delay_proxy;
 
-use rategate::redis::{
-    BlockingRedisLimiter, RedisLimiter, RedisStats, Source, StoreDown, TimeSource,
-};
+use rategate::policy::StoreDown;
+use rategate::redis::{BlockingRedisLimiter, RedisLimiter, RedisStats, Source, TimeSource};
 use rategate::{ManualClock, Quota, TokenBucket};
 use redis_server::RedisServer;
 use std::future::Future;

@@ -8,12 +8,14 @@ mod all_of;
 mod all_or_nothing;
 #[cfg(feature = "serde")]
 pub mod config;
+mod store_down;
 mod tiers;
 
 pub use all_of::{AllOf, AllOfDecision, KeyedLimit, Limit};
 pub use all_or_nothing::MemberError;
 #[doc(hidden)]
 pub use all_or_nothing::{Held, StateId};
+pub use store_down::StoreDown;
 pub use tiers::{Resolve, Tier, TierError, TierId, Tiered};
 
 pub(crate) use all_of::address_of;

@@ -6,6 +6,7 @@ use super::connection::{Connection, Target, connect, share_limiter};
 use super::key::{KeySpace, quota_segment};
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
 use crate::algorithm::check_cost;
+use crate::policy::StoreDown;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::{CheckError, Clock, Decision, KeyedRateLimiter, QuantaClock, Quota};
 use std::fmt;
@@ -24,19 +25,6 @@ pub enum TimeSource<C> {
     /// readings are refused ([`RedisError::TimeOutOfRange`]) and the
     /// store-down policy decides.
     Client(C),
-}
-
-/// What decides while Redis is unreachable or slower than the timeout.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StoreDown {
-    /// Admit every request (availability first). The default.
-    FailOpen,
-    /// Deny every request, with a `retry_after` of one second.
-    FailClosed,
-    /// Decide with a local in-memory limiter per key that enforces this share
-    /// (0 < share <= 1) of the quota: with N app servers, `1/N` keeps the
-    /// global rate about where Redis would.
-    Insurance(f64),
 }
 
 /// Which path made a decision.
@@ -123,7 +111,8 @@ fn bump(counter: &AtomicU64) {
 /// # Examples
 ///
 /// ```no_run
-/// use rategate::redis::{RedisLimiter, StoreDown};
+/// use rategate::policy::StoreDown;
+/// use rategate::redis::RedisLimiter;
 /// use rategate::{Quota, TokenBucket};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

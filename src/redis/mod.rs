@@ -20,7 +20,7 @@
 //!   share state exactly when prefix, algorithm, quota (and, for
 //!   [`RedisLimiter`], time source) are equal, which is how the nodes of
 //!   one service share a limit. Each key has a TTL, so idle keys vanish.
-//! * When Redis is down or slow (every call has a timeout), a [`StoreDown`]
+//! * When Redis is down or slow (every call has a timeout), a [`StoreDown`](crate::policy::StoreDown)
 //!   policy decides: fail open, fail closed, or a local insurance limiter
 //!   with a share of the quota. Reconnection is automatic. The decision's
 //!   [`Source`] and the [`RedisStats`] counters say which path decided.
@@ -49,6 +49,6 @@ pub use error::RedisError;
 pub use lease::{LeaseBuilder, LeaseStats, LeasedLimiter};
 pub use limiter::{
     BlockingRedisLimiter, RedisDecision, RedisLimiter, RedisLimiterBuilder, RedisStats, Source,
-    StoreDown, TimeSource,
+    TimeSource,
 };
 pub use synced::{SyncAlgorithm, SyncStats, SyncedBuilder, SyncedLimiter, WallClock};

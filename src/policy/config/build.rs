@@ -66,7 +66,7 @@ impl Policy {
     /// skips the file's checks, so they are repeated here.
     fn memory_bounds(&self) -> Result<(usize, Duration), ConfigError> {
         let (max_keys, sweep_interval) = match self.backend {
-            super::Backend::Memory {
+            super::Store::Memory {
                 max_keys,
                 sweep_interval,
             } => (max_keys, sweep_interval),
@@ -122,7 +122,7 @@ impl Policy {
         if !self.overrides.is_empty() {
             return refuse("overrides", "one limit for everything has no overrides");
         }
-        if !matches!(self.backend, super::Backend::Memory { .. }) {
+        if !matches!(self.backend, super::Store::Memory { .. }) {
             return refuse(
                 "backend",
                 "one limit in this process needs backend = \"memory\"",
@@ -201,7 +201,7 @@ impl PolicyDecision {
 
 /// The limiters of one backend, one per tier.
 #[non_exhaustive]
-pub enum Backends {
+pub enum TierLimiters {
     /// In memory.
     Memory(MemoryTiers),
     /// One Redis call per decision.
@@ -251,7 +251,7 @@ pub struct PolicyLimiter {
     tiers: Vec<(String, Quota)>,
     /// The default tier's quota (also that of a tier id beyond the last).
     default_quota: Quota,
-    backends: Backends,
+    backends: TierLimiters,
 }
 
 impl std::fmt::Debug for PolicyLimiter {
@@ -279,8 +279,8 @@ impl PolicyLimiter {
         resolver: DynResolver,
     ) -> Result<PolicyLimiter, ConfigError> {
         let backends = match &policy.backend {
-            super::Backend::Memory { .. } => {
-                Backends::Memory(policy.memory_tiers(QuantaClock::new(), resolver)?)
+            super::Store::Memory { .. } => {
+                TierLimiters::Memory(policy.memory_tiers(QuantaClock::new(), resolver)?)
             }
             #[cfg(feature = "redis")]
             backend => super::redis::build(policy, backend, resolver).await?,
@@ -324,7 +324,7 @@ impl PolicyLimiter {
     }
 
     /// The limiters.
-    pub fn backends(&self) -> &Backends {
+    pub fn limiters(&self) -> &TierLimiters {
         &self.backends
     }
 
@@ -337,13 +337,13 @@ impl PolicyLimiter {
             tiers.tiers().iter().map(|t| len(t.limiter())).sum()
         }
         let keys = match &self.backends {
-            Backends::Memory(t) => t.len(),
+            TierLimiters::Memory(t) => t.len(),
             #[cfg(feature = "redis")]
-            Backends::Synced(t) => sum(t, super::AnySyncedLimiter::len),
+            TierLimiters::Synced(t) => sum(t, super::AnySyncedLimiter::len),
             #[cfg(feature = "redis")]
-            Backends::Leased(t) => sum(t, crate::redis::LeasedLimiter::len),
+            TierLimiters::Leased(t) => sum(t, crate::redis::LeasedLimiter::len),
             #[cfg(feature = "redis")]
-            Backends::Redis(_) => 0,
+            TierLimiters::Redis(_) => 0,
         };
         crate::metrics::live_keys(&self.name, keys);
         keys
@@ -357,13 +357,13 @@ impl PolicyLimiter {
     /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
     pub fn try_check_n(&self, key: &str, cost: u32) -> Option<Result<PolicyDecision, CheckError>> {
         let (tier, result) = match &self.backends {
-            Backends::Memory(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
+            TierLimiters::Memory(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
             #[cfg(feature = "redis")]
-            Backends::Synced(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
+            TierLimiters::Synced(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
             #[cfg(feature = "redis")]
-            Backends::Leased(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
+            TierLimiters::Leased(t) => (t.tier_of(key), t.select(key).limiter().check_n(key, cost)),
             #[cfg(feature = "redis")]
-            Backends::Redis(_) => return None,
+            TierLimiters::Redis(_) => return None,
         };
         Some(result.map(|d| self.decided(key, d, tier)))
     }
@@ -375,7 +375,7 @@ impl PolicyLimiter {
     /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<PolicyDecision, CheckError> {
         #[cfg(feature = "redis")]
-        if let Backends::Redis(t) = &self.backends {
+        if let TierLimiters::Redis(t) = &self.backends {
             let tier = t.tier_of(key);
             let d = t.tier(tier).limiter().check_n(key, cost).await?;
             return Ok(self.decided(key, d, tier));
@@ -395,13 +395,13 @@ impl PolicyLimiter {
     /// the resolver's answer; the default tier for an id beyond the last).
     pub fn quota_of(&self, key: &str) -> Quota {
         let tier = match &self.backends {
-            Backends::Memory(t) => t.tier_of(key),
+            TierLimiters::Memory(t) => t.tier_of(key),
             #[cfg(feature = "redis")]
-            Backends::Redis(t) => t.tier_of(key),
+            TierLimiters::Redis(t) => t.tier_of(key),
             #[cfg(feature = "redis")]
-            Backends::Synced(t) => t.tier_of(key),
+            TierLimiters::Synced(t) => t.tier_of(key),
             #[cfg(feature = "redis")]
-            Backends::Leased(t) => t.tier_of(key),
+            TierLimiters::Leased(t) => t.tier_of(key),
         };
         // A built policy has at least its default tier.
         self.tiers
@@ -415,7 +415,7 @@ impl PolicyLimiter {
     #[cfg(feature = "http")]
     pub(crate) fn try_peek_n(&self, key: &str, cost: u32) -> Option<Result<Decision, CheckError>> {
         match &self.backends {
-            Backends::Memory(t) => Some(t.select(key).limiter().peek_n(key, cost)),
+            TierLimiters::Memory(t) => Some(t.select(key).limiter().peek_n(key, cost)),
             #[cfg(feature = "redis")]
             _ => None,
         }
@@ -425,7 +425,7 @@ impl PolicyLimiter {
     /// without waiting and with a peek (the memory backend).
     #[cfg(feature = "http")]
     pub(crate) fn is_memory(&self) -> bool {
-        matches!(self.backends, Backends::Memory(_))
+        matches!(self.backends, TierLimiters::Memory(_))
     }
 
     /// As [`check_n`](Self::check_n), except that the leased backend waits
@@ -439,7 +439,7 @@ impl PolicyLimiter {
         cost: u32,
     ) -> Result<PolicyDecision, CheckError> {
         #[cfg(feature = "redis")]
-        if let Backends::Leased(t) = &self.backends {
+        if let TierLimiters::Leased(t) = &self.backends {
             let tier = t.tier_of(key);
             let d = t.tier(tier).limiter().acquire_n(key, cost).await?;
             return Ok(self.decided(key, d, tier));
@@ -460,7 +460,7 @@ impl PolicyLimiter {
         held: u64,
     ) -> Option<crate::policy::Held<(Decision, crate::policy::StateId)>> {
         match &self.backends {
-            Backends::Memory(t) => Some(
+            TierLimiters::Memory(t) => Some(
                 t.select(key)
                     .limiter()
                     .reserve_held(key, key_id, cost, held),
@@ -482,7 +482,7 @@ impl PolicyLimiter {
     ) -> Option<crate::policy::Held<Decision>> {
         use crate::policy::Held;
         match &self.backends {
-            Backends::Memory(t) => {
+            TierLimiters::Memory(t) => {
                 let tier = t.tier_of(key);
                 Some(match t.tier(tier).limiter().check_held(key, cost, held) {
                     Held::Decided(result) => {

@@ -30,7 +30,7 @@
 //! takes: that is `"bearer"`), or any other name, for the application to
 //! interpret.
 //!
-//! Backends: `"memory"` (fields `max_keys`, `sweep_interval_ms`), `"redis"`
+//! Backends ([`Store`]): `"memory"` (fields `max_keys`, `sweep_interval_ms`), `"redis"`
 //! (`url`, `prefix`, `timeout_ms`, `store_down` = `"open"` / `"closed"` /
 //! `"insurance"` with `share`), `"synced"` (`url`, `prefix`, `interval_ms`,
 //! `timeout_ms`, `share`: the outage share) and `"leased"` (`url`,
@@ -65,6 +65,7 @@ mod parse;
 #[cfg(feature = "redis")]
 mod redis;
 
+use crate::policy::StoreDown;
 use crate::{AlgorithmKind, Quota};
 use std::fmt;
 use std::time::Duration;
@@ -91,7 +92,7 @@ pub(crate) const MAX_MAX_KEYS: u64 = u32::MAX as u64;
 pub(crate) const ZERO_MAX_KEYS: &str = "must be at least 1: with max_keys = 0 every client \
      would share one overflow limit (omit it for the default, 1000000)";
 
-pub use build::{Backends, DynResolver, MemoryTiers, PolicyDecision, PolicyLimiter};
+pub use build::{DynResolver, MemoryTiers, PolicyDecision, PolicyLimiter, TierLimiters};
 pub use parse::PolicyFile;
 #[cfg(feature = "redis")]
 pub use redis::{AnyRedisLimiter, AnySyncedLimiter};
@@ -138,22 +139,10 @@ impl KeyKind {
     }
 }
 
-/// What decides while Redis is down, for the `redis` backend.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StoreDownConfig {
-    /// `"open"`: admit (the default).
-    Open,
-    /// `"closed"`: deny.
-    Closed,
-    /// `"insurance"` with `share`: a local limiter at that share of the
-    /// quota.
-    Insurance(f64),
-}
-
 /// Where a policy's state lives.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum Backend {
+pub enum Store {
     /// In this process.
     Memory {
         /// The most keys per tier (`max_keys`); [`DEFAULT_MAX_KEYS`] if
@@ -172,7 +161,7 @@ pub enum Backend {
         /// Each call's timeout (`timeout_ms`), if set.
         timeout: Option<Duration>,
         /// `store_down`.
-        store_down: StoreDownConfig,
+        store_down: StoreDown,
     },
     /// Local decisions synced to Redis in batches.
     Synced {
@@ -216,7 +205,7 @@ pub struct Policy {
     /// `overrides`: key and the index of its tier in `tiers`.
     pub overrides: Vec<(String, usize)>,
     /// `backend`.
-    pub backend: Backend,
+    pub backend: Store,
     /// `shadow`: decide and count, but admit every request.
     pub shadow: bool,
 }

@@ -1,7 +1,8 @@
 //! Reading a policy file: TOML into [`Policy`] values, field by field, so
 //! that every error names its policy and field.
 
-use super::{Backend, ConfigError, KeyKind, MAX_MAX_KEYS, Policy, StoreDownConfig};
+use super::{ConfigError, KeyKind, MAX_MAX_KEYS, Policy, Store};
+use crate::policy::StoreDown;
 use crate::{AlgorithmKind, Quota};
 use std::time::Duration;
 use toml::{Table, Value};
@@ -203,7 +204,7 @@ fn backend(
     policy: &str,
     value: Option<&Value>,
     algorithm: AlgorithmKind,
-) -> Result<Backend, ConfigError> {
+) -> Result<Store, ConfigError> {
     let empty = Table::new();
     let (kind, table) = match value {
         None => ("memory", &empty),
@@ -270,16 +271,16 @@ fn backend(
             .ok_or_else(|| fields.error("url", "missing".into()))
     };
     Ok(match kind {
-        "memory" => Backend::Memory {
+        "memory" => Store::Memory {
             max_keys: fields.max_keys()?,
             sweep_interval: fields.millis("sweep_interval_ms")?,
         },
         "redis" => {
             let share = fields.share()?;
             let store_down = match (fields.string("store_down")?.as_deref(), share) {
-                (None | Some("open"), None) => StoreDownConfig::Open,
-                (Some("closed"), None) => StoreDownConfig::Closed,
-                (Some("insurance"), Some(share)) => StoreDownConfig::Insurance(share),
+                (None | Some("open"), None) => StoreDown::FailOpen,
+                (Some("closed"), None) => StoreDown::FailClosed,
+                (Some("insurance"), Some(share)) => StoreDown::Insurance(share),
                 (Some("insurance"), None) => {
                     return Err(
                         fields.error("share", "insurance needs a share (0 < share <= 1)".into())
@@ -298,7 +299,7 @@ fn backend(
                     ));
                 }
             };
-            Backend::Redis {
+            Store::Redis {
                 url: url()?,
                 prefix: prefix()?,
                 timeout: fields.millis("timeout_ms")?,
@@ -320,7 +321,7 @@ fn backend(
                     ),
                 ));
             }
-            Backend::Synced {
+            Store::Synced {
                 url: url()?,
                 prefix: prefix()?,
                 interval: fields.millis("interval_ms")?,
@@ -328,7 +329,7 @@ fn backend(
                 outage_share: fields.share()?,
             }
         }
-        _ => Backend::Leased {
+        _ => Store::Leased {
             url: url()?,
             prefix: prefix()?,
             interval: fields.millis("interval_ms")?,

@@ -1,11 +1,9 @@
 //! The Redis backends of a policy (features `serde` and `redis`): the
 //! existing builders, one limiter per tier, the algorithm chosen by name.
 
-use super::build::{Backends, DynResolver};
-use super::{Backend, ConfigError, Policy, StoreDownConfig};
-use crate::redis::{
-    LeasedLimiter, RedisDecision, RedisError, RedisLimiter, StoreDown, SyncedLimiter,
-};
+use super::build::{DynResolver, TierLimiters};
+use super::{ConfigError, Policy, Store};
+use crate::redis::{LeasedLimiter, RedisDecision, RedisError, RedisLimiter, SyncedLimiter};
 use crate::{
     AlgorithmKind, CheckError, Decision, FixedWindow, LeakyBucket, Quota, SlidingWindowCounter,
     SlidingWindowLog, TokenBucket,
@@ -144,24 +142,20 @@ macro_rules! synced_limiter {
 /// The Redis, synced or leased limiters of `policy`.
 pub(super) async fn build(
     policy: &Policy,
-    backend: &Backend,
+    backend: &Store,
     resolver: DynResolver,
-) -> Result<Backends, ConfigError> {
+) -> Result<TierLimiters, ConfigError> {
     Ok(match backend {
-        Backend::Memory { .. } => {
-            Backends::Memory(policy.memory_tiers(crate::QuantaClock::new(), resolver)?)
+        Store::Memory { .. } => {
+            TierLimiters::Memory(policy.memory_tiers(crate::QuantaClock::new(), resolver)?)
         }
-        Backend::Redis {
+        Store::Redis {
             url,
             prefix,
             timeout,
             store_down,
         } => {
-            let down = match *store_down {
-                StoreDownConfig::Open => StoreDown::FailOpen,
-                StoreDownConfig::Closed => StoreDown::FailClosed,
-                StoreDownConfig::Insurance(share) => StoreDown::Insurance(share),
-            };
+            let down = *store_down;
             let (u, p, t) = (url.as_str(), prefix.as_str(), *timeout);
             let tiers = match policy.algorithm {
                 AlgorithmKind::LeakyBucket => {
@@ -195,9 +189,9 @@ pub(super) async fn build(
                     .await?
                 }
             };
-            Backends::Redis(policy.with_overrides(tiers, resolver)?)
+            TierLimiters::Redis(policy.with_overrides(tiers, resolver)?)
         }
-        Backend::Synced {
+        Store::Synced {
             url,
             prefix,
             interval,
@@ -239,9 +233,9 @@ pub(super) async fn build(
                     ));
                 }
             };
-            Backends::Synced(policy.with_overrides(tiers, resolver)?)
+            TierLimiters::Synced(policy.with_overrides(tiers, resolver)?)
         }
-        Backend::Leased {
+        Store::Leased {
             url,
             prefix,
             interval,
@@ -258,7 +252,7 @@ pub(super) async fn build(
                 builder.build().await
             };
             let tiers = per_tier(policy, make).await?;
-            Backends::Leased(policy.with_overrides(tiers, resolver)?)
+            TierLimiters::Leased(policy.with_overrides(tiers, resolver)?)
         }
     })
 }
