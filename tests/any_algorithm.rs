@@ -181,13 +181,18 @@ fn names_parse_as_written_and_display_canonically() {
         " fixed_window ".parse::<AlgorithmKind>(),
         Ok(AlgorithmKind::FixedWindow)
     );
-    for bad in [
-        "",
-        "token",
-        "sliding_window",
-        "leaky bucket",
-        "token_bucket2",
+    // One alias table for policy files, the simulator and the CLI.
+    for (alias, kind) in [
+        ("token", AlgorithmKind::TokenBucket),
+        ("Leaky Bucket", AlgorithmKind::LeakyBucket),
+        ("nginx", AlgorithmKind::LeakyBucket),
+        ("sliding", AlgorithmKind::SlidingWindowCounter),
+        ("log", AlgorithmKind::SlidingWindowLog),
+        ("window", AlgorithmKind::FixedWindow),
     ] {
+        assert_eq!(alias.parse::<AlgorithmKind>(), Ok(kind), "{alias}");
+    }
+    for bad in ["", "sliding_window", "token_bucket2", "tokens"] {
         let err: UnknownAlgorithm = bad.parse::<AlgorithmKind>().unwrap_err();
         assert_eq!(err.name(), bad);
         let text = err.to_string();

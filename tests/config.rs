@@ -54,8 +54,8 @@ fn quotas_and_algorithms_serialise_as_the_strings_users_write() {
     assert_eq!(toml::from_str::<Row>(&text).unwrap(), row);
     let bad = toml::from_str::<Row>("quota = \"100/m burst=0\"\nalgorithm = \"gcra\"").unwrap_err();
     assert!(bad.to_string().contains("burst"), "{bad}");
-    let bad = toml::from_str::<Row>("quota = \"1/s\"\nalgorithm = \"bucket\"").unwrap_err();
-    assert!(bad.to_string().contains("\"bucket\""), "{bad}");
+    let bad = toml::from_str::<Row>("quota = \"1/s\"\nalgorithm = \"buckets\"").unwrap_err();
+    assert!(bad.to_string().contains("\"buckets\""), "{bad}");
 }
 
 #[test]
@@ -199,10 +199,10 @@ fn bad_files_name_the_policy_and_the_field() {
             "must be a string",
         ),
         (
-            "[policies.a]\nquota = \"10/s\"\nalgorithm = \"sliding\"",
+            "[policies.a]\nquota = \"10/s\"\nalgorithm = \"sliding_window\"",
             Some("a"),
             Some("algorithm"),
-            "\"sliding\"",
+            "\"sliding_window\"",
         ),
         (
             "[policies.a]\nquota = \"1/2h\"\nalgorithm = \"leaky_bucket\"",

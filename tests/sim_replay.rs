@@ -4,10 +4,10 @@
 #![cfg(feature = "sim")]
 
 use rategate::sim::replay::{LogFormat, ReplayOptions, ReplayReport, replay, replay_file};
-use rategate::sim::{Policy, SplitMix64, sample};
+use rategate::sim::{LimitSpec, SplitMix64, sample};
 use std::path::Path;
 
-fn policies(list: &[&str]) -> Vec<Policy> {
+fn policies(list: &[&str]) -> Vec<LimitSpec> {
     list.iter().map(|p| p.parse().unwrap()).collect()
 }
 
@@ -125,7 +125,7 @@ fn bad_policies_are_typed_errors() {
         "counter:2000000/m",
         "leaky:1/2000s",
     ] {
-        let e = bad.parse::<Policy>().unwrap_err();
+        let e = bad.parse::<LimitSpec>().unwrap_err();
         assert!(!e.to_string().is_empty(), "{bad}");
     }
     let e = replay(&b""[..], None, &ReplayOptions::new(vec![])).unwrap_err();

@@ -4,10 +4,11 @@
 
 #![cfg(feature = "sim")]
 
+use rategate::AlgorithmKind;
 use rategate::sim::scenarios::{
     ServerMode, boundary_burst, burst_vs_smoothing, counter_vs_log, three_servers, vendor_quotas,
 };
-use rategate::sim::{AlgorithmName, simulate, write_report};
+use rategate::sim::{simulate, write_report};
 
 const SEED: u64 = 0x5EED_2024;
 
@@ -19,15 +20,15 @@ fn boundary_burst_admits_what_each_algorithm_allows() {
         (r.first_burst, r.second_burst, r.max_in_60s)
     };
     // Two fresh windows 20 s apart: all 200 within 20 s.
-    assert_eq!(got(AlgorithmName::FixedWindow), (100, 100, 200));
+    assert_eq!(got(AlgorithmKind::FixedWindow), (100, 100, 200));
     // The log never admits more than the limit in any 60 s.
-    assert_eq!(got(AlgorithmName::SlidingWindowLog), (100, 0, 100));
+    assert_eq!(got(AlgorithmKind::SlidingWindowLog), (100, 0, 100));
     // ceil(100 x 50/60) = 84 of the previous minute still weigh: 16 pass.
-    assert_eq!(got(AlgorithmName::SlidingWindowCounter), (100, 16, 116));
+    assert_eq!(got(AlgorithmKind::SlidingWindowCounter), (100, 16, 116));
     // Capacity 20, refilled in full by 20 s.
-    assert_eq!(got(AlgorithmName::TokenBucket), (20, 20, 40));
+    assert_eq!(got(AlgorithmKind::TokenBucket), (20, 20, 40));
     // nginx: burst + 1, and the bucket drains in 20 s.
-    assert_eq!(got(AlgorithmName::LeakyBucket), (21, 21, 42));
+    assert_eq!(got(AlgorithmKind::LeakyBucket), (21, 21, 42));
 }
 
 #[test]

@@ -13,9 +13,11 @@ use std::str::FromStr;
 
 /// The name of an algorithm, as configuration files write it.
 ///
-/// Parses from (and displays as) `"token_bucket"` (alias `"gcra"`),
-/// `"leaky_bucket"`, `"fixed_window"`, `"sliding_window_log"` and
-/// `"sliding_window_counter"`; case and `-` versus `_` do not matter.
+/// Parses from (and displays as) `"token_bucket"`, `"leaky_bucket"`,
+/// `"fixed_window"`, `"sliding_window_log"` and `"sliding_window_counter"`,
+/// and parses the short names and aliases of [`from_str`](Self::from_str)
+/// (`"gcra"`, `"nginx"`, `"sliding"`, ...); case, `-`, `_` and spaces do
+/// not matter. Policy files and the simulator read names through it.
 ///
 /// # Examples
 ///
@@ -70,6 +72,29 @@ impl AlgorithmKind {
         let index = AlgorithmKind::ALL.iter().position(|&k| k == self);
         index.map_or("token_bucket", |i| AlgorithmKind::NAMES[i])
     }
+
+    /// The short name (`token`, `fixed`, `log`, `counter`, `leaky`), as the
+    /// simulator's `ALGORITHM:QUOTA` strings write it.
+    pub fn short(self) -> &'static str {
+        match self {
+            AlgorithmKind::TokenBucket => "token",
+            AlgorithmKind::FixedWindow => "fixed",
+            AlgorithmKind::SlidingWindowLog => "log",
+            AlgorithmKind::SlidingWindowCounter => "counter",
+            AlgorithmKind::LeakyBucket => "leaky",
+        }
+    }
+
+    /// A name for people (`"token bucket"`).
+    pub fn label(self) -> &'static str {
+        match self {
+            AlgorithmKind::TokenBucket => "token bucket",
+            AlgorithmKind::FixedWindow => "fixed window",
+            AlgorithmKind::SlidingWindowLog => "sliding window log",
+            AlgorithmKind::SlidingWindowCounter => "sliding window counter",
+            AlgorithmKind::LeakyBucket => "leaky bucket",
+        }
+    }
 }
 
 impl fmt::Display for AlgorithmKind {
@@ -81,15 +106,22 @@ impl fmt::Display for AlgorithmKind {
 impl FromStr for AlgorithmKind {
     type Err = UnknownAlgorithm;
 
+    /// The canonical names, the short ones, and the aliases people use
+    /// (`gcra`, `bucket`, `window`, `sliding`, `nginx`, ...); case, `-`
+    /// and spaces do not matter. Policy files, the simulator and the CLI
+    /// all read names through this one table.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let normal = s.trim().to_ascii_lowercase().replace('-', "_");
-        if normal == "gcra" {
-            return Ok(AlgorithmKind::TokenBucket);
-        }
-        let index = AlgorithmKind::NAMES.iter().position(|&n| n == normal);
-        index
-            .map(|i| AlgorithmKind::ALL[i])
-            .ok_or_else(|| UnknownAlgorithm { name: s.to_owned() })
+        let normal = s.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+        Ok(match normal.as_str() {
+            "token_bucket" | "token" | "gcra" | "bucket" => AlgorithmKind::TokenBucket,
+            "fixed_window" | "fixed" | "window" => AlgorithmKind::FixedWindow,
+            "sliding_window_log" | "log" | "sliding_log" => AlgorithmKind::SlidingWindowLog,
+            "sliding_window_counter" | "counter" | "sliding" | "sliding_counter" => {
+                AlgorithmKind::SlidingWindowCounter
+            }
+            "leaky_bucket" | "leaky" | "nginx" => AlgorithmKind::LeakyBucket,
+            _ => return Err(UnknownAlgorithm { name: s.to_owned() }),
+        })
     }
 }
 

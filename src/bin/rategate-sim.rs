@@ -10,7 +10,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use rategate::sim::replay::{LogFormat, ReplayOptions, replay, replay_file};
-use rategate::sim::{Policy, SimError, sample, simulate, text_table, write_report};
+use rategate::sim::{LimitSpec, SimError, sample, simulate, text_table, write_report};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -126,7 +126,7 @@ fn run(cli: Cli) -> Result<(), SimError> {
         } => {
             let policies = policies
                 .iter()
-                .map(|p| p.parse::<Policy>())
+                .map(|p| p.parse::<LimitSpec>())
                 .collect::<Result<Vec<_>, _>>()?;
             let mut opts = ReplayOptions::new(policies);
             opts.format = format.map(|f| match f {

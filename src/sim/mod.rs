@@ -15,7 +15,7 @@
 //!   and [`write_report`] writes the SVGs, `summary.json` and a
 //!   self-contained `index.html`.
 //! * [`replay`]: a user's traffic (CSV of time, key, cost, or nginx's
-//!   `combined` access log) under one or more [`Policy`] strings such as
+//!   `combined` access log) under one or more [`LimitSpec`] strings such as
 //!   `leaky:100r/m burst=20 nodelay`, streamed in bounded memory.
 //! * [`sample`]: seeded generators of such logs.
 //!
@@ -37,7 +37,7 @@ pub mod sample;
 pub mod scenarios;
 
 pub use error::SimError;
-pub use policy::{AlgorithmName, Policy};
+pub use policy::LimitSpec;
 pub use report::{Simulation, simulate, text_table, write_report};
 pub use rng::SplitMix64;
 pub use scenarios::Scenario;

@@ -2,83 +2,12 @@
 
 use super::SimError;
 use crate::{
-    CheckError, Decision, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock, Overflow, Quota,
-    SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    AlgorithmKind, CheckError, Decision, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock,
+    Overflow, Quota, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
-
-/// One of the five algorithms, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AlgorithmName {
-    /// [`TokenBucket`] (GCRA).
-    TokenBucket,
-    /// [`FixedWindow`].
-    FixedWindow,
-    /// [`SlidingWindowLog`].
-    SlidingWindowLog,
-    /// [`SlidingWindowCounter`].
-    SlidingWindowCounter,
-    /// [`LeakyBucket`] (nginx `limit_req`).
-    LeakyBucket,
-}
-
-impl AlgorithmName {
-    /// Every algorithm, in the README's order.
-    pub const ALL: [AlgorithmName; 5] = [
-        AlgorithmName::TokenBucket,
-        AlgorithmName::FixedWindow,
-        AlgorithmName::SlidingWindowLog,
-        AlgorithmName::SlidingWindowCounter,
-        AlgorithmName::LeakyBucket,
-    ];
-
-    /// The short name a policy string uses (`token`, `fixed`, `log`,
-    /// `counter`, `leaky`).
-    pub fn short(self) -> &'static str {
-        match self {
-            AlgorithmName::TokenBucket => "token",
-            AlgorithmName::FixedWindow => "fixed",
-            AlgorithmName::SlidingWindowLog => "log",
-            AlgorithmName::SlidingWindowCounter => "counter",
-            AlgorithmName::LeakyBucket => "leaky",
-        }
-    }
-
-    /// A name for people ("token bucket").
-    pub fn label(self) -> &'static str {
-        match self {
-            AlgorithmName::TokenBucket => "token bucket",
-            AlgorithmName::FixedWindow => "fixed window",
-            AlgorithmName::SlidingWindowLog => "sliding window log",
-            AlgorithmName::SlidingWindowCounter => "sliding window counter",
-            AlgorithmName::LeakyBucket => "leaky bucket",
-        }
-    }
-
-    fn parse(name: &str) -> Option<AlgorithmName> {
-        Some(
-            match name.to_ascii_lowercase().replace(['-', ' '], "_").as_str() {
-                "token" | "token_bucket" | "gcra" | "bucket" => AlgorithmName::TokenBucket,
-                "fixed" | "fixed_window" | "window" => AlgorithmName::FixedWindow,
-                "log" | "sliding_log" | "sliding_window_log" => AlgorithmName::SlidingWindowLog,
-                "counter" | "sliding" | "sliding_counter" | "sliding_window_counter" => {
-                    AlgorithmName::SlidingWindowCounter
-                }
-                "leaky" | "leaky_bucket" | "nginx" => AlgorithmName::LeakyBucket,
-                _ => return None,
-            },
-        )
-    }
-}
-
-impl fmt::Display for AlgorithmName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.short())
-    }
-}
 
 /// A policy: an algorithm and its quota, parsed from `ALGORITHM:QUOTA`
 /// (`leaky:100r/m burst=20 nodelay`, `token:5000/h`, `fixed:60/hour`).
@@ -91,29 +20,30 @@ impl fmt::Display for AlgorithmName {
 /// # Examples
 ///
 /// ```
-/// use rategate::sim::{AlgorithmName, Policy};
+/// use rategate::AlgorithmKind;
+/// use rategate::sim::LimitSpec;
 ///
-/// let p: Policy = "leaky:100r/m burst=20 nodelay".parse()?;
-/// assert_eq!(p.algorithm(), AlgorithmName::LeakyBucket);
+/// let p: LimitSpec = "leaky:100r/m burst=20 nodelay".parse()?;
+/// assert_eq!(p.algorithm(), AlgorithmKind::LeakyBucket);
 /// assert_eq!(p.to_string(), "leaky:100/1m burst=20 nodelay");
-/// let q: Policy = "5000/h".parse()?;
-/// assert_eq!(q.algorithm(), AlgorithmName::TokenBucket);
+/// let q: LimitSpec = "5000/h".parse()?;
+/// assert_eq!(q.algorithm(), AlgorithmKind::TokenBucket);
 /// # Ok::<(), rategate::sim::SimError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
-    algorithm: AlgorithmName,
+pub struct LimitSpec {
+    algorithm: AlgorithmKind,
     quota: Quota,
 }
 
-impl Policy {
+impl LimitSpec {
     /// A policy from its parts.
-    pub fn new(algorithm: AlgorithmName, quota: Quota) -> Policy {
-        Policy { algorithm, quota }
+    pub fn new(algorithm: AlgorithmKind, quota: Quota) -> LimitSpec {
+        LimitSpec { algorithm, quota }
     }
 
     /// The algorithm.
-    pub fn algorithm(&self) -> AlgorithmName {
+    pub fn algorithm(&self) -> AlgorithmKind {
         self.algorithm
     }
 
@@ -123,16 +53,16 @@ impl Policy {
     }
 }
 
-impl fmt::Display for Policy {
+impl fmt::Display for LimitSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.algorithm, self.quota)
+        write!(f, "{}:{}", self.algorithm.short(), self.quota)
     }
 }
 
-impl FromStr for Policy {
+impl FromStr for LimitSpec {
     type Err = SimError;
 
-    fn from_str(input: &str) -> Result<Policy, SimError> {
+    fn from_str(input: &str) -> Result<LimitSpec, SimError> {
         let text = input.trim();
         let fail = |reason: String| SimError::Policy {
             input: input.to_owned(),
@@ -140,7 +70,7 @@ impl FromStr for Policy {
         };
         let (algorithm, quota_text) = match text.split_once(':') {
             Some((name, rest)) => {
-                let algorithm = AlgorithmName::parse(name.trim()).ok_or_else(|| {
+                let algorithm = name.trim().parse::<AlgorithmKind>().map_err(|_| {
                     fail(format!(
                         "unknown algorithm {name:?} (use token, fixed, log, counter or leaky)"
                     ))
@@ -151,9 +81,9 @@ impl FromStr for Policy {
                 let rate = text.split_ascii_whitespace().next().unwrap_or("");
                 let nginx = rate.split_once('/').is_some_and(|(n, _)| n.ends_with('r'));
                 let algorithm = if nginx {
-                    AlgorithmName::LeakyBucket
+                    AlgorithmKind::LeakyBucket
                 } else {
-                    AlgorithmName::TokenBucket
+                    AlgorithmKind::TokenBucket
                 };
                 (algorithm, text)
             }
@@ -161,14 +91,14 @@ impl FromStr for Policy {
         let quota: Quota = quota_text.parse().map_err(|e| fail(format!("{e}")))?;
         // Build once so that a quota the algorithm cannot hold is reported
         // here, with the policy's text, not in the middle of a replay.
-        KeyedAny::new(Policy { algorithm, quota }, ManualClock::new(), 1)
+        KeyedAny::new(LimitSpec { algorithm, quota }, ManualClock::new(), 1)
             .map_err(|e| fail(format!("{e}")))?;
-        Ok(Policy { algorithm, quota })
+        Ok(LimitSpec { algorithm, quota })
     }
 }
 
 /// A keyed limiter of any of the five algorithms on a manual clock, chosen
-/// at run time from a [`Policy`].
+/// at run time from a [`LimitSpec`].
 pub(crate) enum KeyedAny {
     Token(KeyedRateLimiter<String, TokenBucket, ManualClock>),
     Fixed(KeyedRateLimiter<String, FixedWindow, ManualClock>),
@@ -195,7 +125,7 @@ impl KeyedAny {
     /// the keys active in the last period; beyond the cap new keys share
     /// one state ([`Overflow::Shared`]).
     pub(crate) fn new(
-        policy: Policy,
+        policy: LimitSpec,
         clock: ManualClock,
         max_keys: usize,
     ) -> Result<KeyedAny, crate::QuotaError> {
@@ -213,11 +143,11 @@ impl KeyedAny {
             };
         }
         Ok(match policy.algorithm {
-            AlgorithmName::TokenBucket => build!(Token, TokenBucket),
-            AlgorithmName::FixedWindow => build!(Fixed, FixedWindow),
-            AlgorithmName::SlidingWindowLog => build!(Log, SlidingWindowLog),
-            AlgorithmName::SlidingWindowCounter => build!(Counter, SlidingWindowCounter),
-            AlgorithmName::LeakyBucket => build!(Leaky, LeakyBucket),
+            AlgorithmKind::TokenBucket => build!(Token, TokenBucket),
+            AlgorithmKind::FixedWindow => build!(Fixed, FixedWindow),
+            AlgorithmKind::SlidingWindowLog => build!(Log, SlidingWindowLog),
+            AlgorithmKind::SlidingWindowCounter => build!(Counter, SlidingWindowCounter),
+            AlgorithmKind::LeakyBucket => build!(Leaky, LeakyBucket),
         })
     }
 

@@ -24,7 +24,7 @@ mod parse;
 mod top;
 
 use super::policy::KeyedAny;
-use super::{Policy, SEC, SimError};
+use super::{LimitSpec, SEC, SimError};
 use crate::ManualClock;
 use std::borrow::Cow;
 use std::io::BufRead;
@@ -45,7 +45,7 @@ pub enum LogFormat {
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
     /// The policies, each applied to the whole input independently.
-    pub policies: Vec<Policy>,
+    pub policies: Vec<LimitSpec>,
     /// The format; `None` guesses from the first line.
     pub format: Option<LogFormat>,
     /// Keys each policy's limiter holds at most (default 100,000).
@@ -61,7 +61,7 @@ pub struct ReplayOptions {
 
 impl ReplayOptions {
     /// Defaults, with these policies.
-    pub fn new(policies: Vec<Policy>) -> ReplayOptions {
+    pub fn new(policies: Vec<LimitSpec>) -> ReplayOptions {
         ReplayOptions {
             policies,
             format: None,
@@ -155,7 +155,7 @@ pub struct ReplayReport {
 const MAX_BUCKETS: usize = 2048;
 
 struct PolicyRun {
-    policy: Policy,
+    policy: LimitSpec,
     limiter: KeyedAny,
     report: PolicyReport,
     top: TopKeys,

@@ -1,16 +1,17 @@
 //! The fixed window's boundary burst, through all five algorithms.
 
 use super::{Scenario, clock_label, max_in_span, row, single};
+use crate::AlgorithmKind;
 use crate::ManualClock;
 use crate::sim::plot::{Body, Figure, Mark, Panel, Series, render};
-use crate::sim::{AlgorithmName, SEC, SimError};
+use crate::sim::{SEC, SimError};
 use plotters::prelude::SeriesLabelPosition;
 
 /// One algorithm's result.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BoundaryRow {
     /// The algorithm.
-    pub algorithm: AlgorithmName,
+    pub algorithm: AlgorithmKind,
     /// The policy it ran, as a policy string.
     pub policy: String,
     /// Admitted of the 100 sent at 00:59:50.
@@ -32,17 +33,17 @@ pub struct BoundaryBurst {
 
 impl BoundaryBurst {
     /// The row of one algorithm.
-    pub fn row(&self, algorithm: AlgorithmName) -> Option<&BoundaryRow> {
+    pub fn row(&self, algorithm: AlgorithmKind) -> Option<&BoundaryRow> {
         self.rows.iter().find(|r| r.algorithm == algorithm)
     }
 }
 
-const POLICIES: [(AlgorithmName, &str); 5] = [
-    (AlgorithmName::TokenBucket, "token:100/m burst=20"),
-    (AlgorithmName::FixedWindow, "fixed:100/m"),
-    (AlgorithmName::SlidingWindowLog, "log:100/m"),
-    (AlgorithmName::SlidingWindowCounter, "counter:100/m"),
-    (AlgorithmName::LeakyBucket, "leaky:100r/m burst=20 nodelay"),
+const POLICIES: [(AlgorithmKind, &str); 5] = [
+    (AlgorithmKind::TokenBucket, "token:100/m burst=20"),
+    (AlgorithmKind::FixedWindow, "fixed:100/m"),
+    (AlgorithmKind::SlidingWindowLog, "log:100/m"),
+    (AlgorithmKind::SlidingWindowCounter, "counter:100/m"),
+    (AlgorithmKind::LeakyBucket, "leaky:100r/m burst=20 nodelay"),
 ];
 
 /// Runs the boundary burst: windows are aligned to the minute (the clock's
@@ -156,12 +157,12 @@ pub fn boundary_burst() -> Result<Scenario<BoundaryBurst>, SimError> {
     })
 }
 
-fn short(a: AlgorithmName) -> &'static str {
+fn short(a: AlgorithmKind) -> &'static str {
     match a {
-        AlgorithmName::TokenBucket => "token bucket",
-        AlgorithmName::FixedWindow => "fixed window",
-        AlgorithmName::SlidingWindowLog => "window log",
-        AlgorithmName::SlidingWindowCounter => "win. counter",
-        AlgorithmName::LeakyBucket => "leaky bucket",
+        AlgorithmKind::TokenBucket => "token bucket",
+        AlgorithmKind::FixedWindow => "fixed window",
+        AlgorithmKind::SlidingWindowLog => "window log",
+        AlgorithmKind::SlidingWindowCounter => "win. counter",
+        AlgorithmKind::LeakyBucket => "leaky bucket",
     }
 }

@@ -15,7 +15,7 @@ pub use smoothing::{Smoothing, SmoothingRow, burst_vs_smoothing};
 pub use vendor::{GraphqlRow, QuotaRow, VendorQuotas, vendor_quotas};
 
 use super::SimError;
-use super::policy::{KeyedAny, Policy};
+use super::policy::{KeyedAny, LimitSpec};
 use crate::ManualClock;
 
 /// One scenario's result.
@@ -53,8 +53,8 @@ impl<T: serde::Serialize> Scenario<T> {
 }
 
 /// One key's limiter for a policy, on `clock`.
-pub(crate) fn single(policy: &str, clock: &ManualClock) -> Result<(Policy, KeyedAny), SimError> {
-    let policy: Policy = policy.parse()?;
+pub(crate) fn single(policy: &str, clock: &ManualClock) -> Result<(LimitSpec, KeyedAny), SimError> {
+    let policy: LimitSpec = policy.parse()?;
     let limiter = KeyedAny::new(policy, clock.clone(), 1)?;
     Ok((policy, limiter))
 }

@@ -34,7 +34,7 @@ pub struct Smoothing {
 }
 
 impl Smoothing {
-    /// The row of a policy string as [`Policy`](crate::sim::Policy) displays it.
+    /// The row of a policy string as [`LimitSpec`](crate::sim::LimitSpec) displays it.
     pub fn row(&self, policy: &str) -> Option<&SmoothingRow> {
         self.rows.iter().find(|r| r.policy == policy)
     }
