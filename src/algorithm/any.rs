@@ -176,10 +176,12 @@ impl fmt::Display for AlgorithmError {
 }
 
 impl std::error::Error for AlgorithmError {
+    // Display already prints the wrapped error's message, so the chain
+    // continues below it (as `#[error(transparent)]` does): printed once.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            AlgorithmError::Unknown(e) => Some(e),
-            AlgorithmError::Quota { error, .. } => Some(error),
+            AlgorithmError::Unknown(e) => e.source(),
+            AlgorithmError::Quota { error, .. } => error.source(),
         }
     }
 }

@@ -41,6 +41,7 @@ pub struct Cidr {
 
 /// Why a [`Cidr`] did not parse.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CidrError {
     /// The part before `/` is not an IP address.
     BadAddress(String),

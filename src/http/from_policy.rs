@@ -67,10 +67,12 @@ impl fmt::Display for PolicyLayerError {
 }
 
 impl std::error::Error for PolicyLayerError {
+    // Display already prints the wrapped error's message, so the chain
+    // continues below it (as `#[error(transparent)]` does): printed once.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PolicyLayerError::Config(e) => Some(e),
-            PolicyLayerError::Build(e) => Some(e),
+            PolicyLayerError::Config(e) => e.source(),
+            PolicyLayerError::Build(e) => e.source(),
             _ => None,
         }
     }

@@ -9,6 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 /// Why no key could be taken from a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The request carries no peer address: the server was not set up to
     /// record it (axum: `into_make_service_with_connect_info::<SocketAddr>()`;

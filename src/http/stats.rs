@@ -6,6 +6,7 @@ use crossbeam_utils::CachePadded;
 /// Counters of a [`RateLimitLayer`](super::RateLimitLayer), read with
 /// [`RateLimitLayer::stats`](super::RateLimitLayer::stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LayerStats {
     /// Requests the limits admitted.
     pub allowed: u64,

@@ -80,6 +80,7 @@ pub struct OutboundLimiter<C: Clock = QuantaClock> {
 
 /// Counters of an [`OutboundLimiter`], for logs and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
 pub struct OutboundStats {
     /// Times the limits were consulted (checks that could admit).
     pub checks: u64,

@@ -42,11 +42,13 @@ impl fmt::Display for RedisError {
 }
 
 impl std::error::Error for RedisError {
+    // Display already prints the wrapped error's message, so the chain
+    // continues below it (as `#[error(transparent)]` does): printed once.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RedisError::Quota(e) => Some(e),
-            RedisError::Redis(e) => Some(e),
-            RedisError::Runtime(e) => Some(e),
+            RedisError::Quota(e) => e.source(),
+            RedisError::Redis(e) => e.source(),
+            RedisError::Runtime(e) => e.source(),
             _ => None,
         }
     }

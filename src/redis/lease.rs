@@ -58,6 +58,7 @@ const TAG_MASK: u64 = u32::MAX as u64;
 
 /// Counters of a [`LeasedLimiter`], read with [`LeasedLimiter::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseStats {
     /// Renewal rounds that reached Redis.
     pub rounds: u64,

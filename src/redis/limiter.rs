@@ -69,6 +69,7 @@ impl RedisDecision {
 
 /// Counters of a [`RedisLimiter`], read with [`RedisLimiter::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RedisStats {
     /// Decisions made by the Redis script.
     pub redis: u64,

@@ -193,6 +193,7 @@ const TTL_MARGIN_MS: i64 = 1_000;
 
 /// Counters of a [`SyncedLimiter`], read with [`SyncedLimiter::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SyncStats {
     /// Sync rounds that reached Redis and succeeded (rounds with nothing
     /// to send are not counted).

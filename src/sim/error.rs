@@ -52,10 +52,13 @@ impl fmt::Display for SimError {
 }
 
 impl std::error::Error for SimError {
+    // Display already prints the wrapped error's message, so the chain
+    // continues below it (as `#[error(transparent)]` does): printed once.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SimError::Io { source, .. } => Some(source),
-            SimError::Quota(e) => Some(e),
+            SimError::Io { source, .. } => source.source(),
+            SimError::Quota(e) => e.source(),
+            SimError::Check(e) => e.source(),
             _ => None,
         }
     }
