@@ -26,7 +26,7 @@
 //!   follows tokio's (pausable) time.
 //! * Outbound calls: [`OutboundLimiter`] waits under several limits and
 //!   follows the upstream's 429s and rate-limit headers
-//!   ([`UpstreamSignal`], [`Adaptation`]); [`presets`] for Stripe and
+//!   ([`outbound::UpstreamSignal`], [`outbound::Adaptation`]); [`presets`] for Stripe and
 //!   GitHub.
 //! * Policies on a live limiter: `refund` gives back an admitted cost,
 //!   [`algorithm::Adjustable`] lets `set_quota` change the quota in place,
@@ -87,7 +87,7 @@ mod keyed;
 mod limiter;
 mod map;
 mod metrics;
-mod outbound;
+pub mod outbound;
 pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
@@ -111,11 +111,7 @@ pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
 pub use keyed::{DefaultKeyHasher, KeyedBuilder, KeyedRateLimiter, Overflow};
 pub use limiter::RateLimiter;
-pub use outbound::presets;
-pub use outbound::{
-    Adaptation, HeaderError, OutboundLimiter, OutboundStats, UNIX_TIME_THRESHOLD, UpstreamSignal,
-    parse_retry_after,
-};
+pub use outbound::{OutboundLimiter, presets};
 pub use quota::{Delay, Quota};
 pub use wait::{Jitter, KeyedPacer, Pacer, WaitError};
 #[cfg(feature = "tokio")]

@@ -2,11 +2,9 @@
 //! caps, several limits, deadlines.
 #![cfg(feature = "tokio")]
 
+use rategate::outbound::{Adaptation, UpstreamSignal};
 use rategate::policy::{AllOf, Limit};
-use rategate::{
-    Adaptation, OutboundLimiter, Quota, RateLimiter, TokenBucket, TokioClock, UpstreamSignal,
-    WaitError,
-};
+use rategate::{OutboundLimiter, Quota, RateLimiter, TokenBucket, TokioClock, WaitError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;

@@ -1,7 +1,7 @@
 //! Reading what upstreams say about their limits: vendor-shaped responses
 //! and hostile values.
 
-use rategate::{HeaderError, UpstreamSignal, parse_retry_after};
+use rategate::outbound::{HeaderError, UpstreamSignal, parse_retry_after};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn at(secs: u64) -> SystemTime {

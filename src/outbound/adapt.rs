@@ -29,7 +29,7 @@ use std::time::Duration;
 /// # Examples
 ///
 /// ```
-/// use rategate::Adaptation;
+/// use rategate::outbound::Adaptation;
 /// use std::time::Duration;
 ///
 /// let gentle = Adaptation {

@@ -40,7 +40,8 @@ use std::time::{Duration, Instant, SystemTime};
 ///
 /// ```
 /// use rategate::policy::{AllOf, Limit};
-/// use rategate::{presets, OutboundLimiter, RateLimiter, TokenBucket, UpstreamSignal};
+/// use rategate::outbound::UpstreamSignal;
+/// use rategate::{presets, OutboundLimiter, RateLimiter, TokenBucket};
 /// use std::sync::Arc;
 /// use std::time::SystemTime;
 ///

@@ -59,7 +59,7 @@ impl std::error::Error for HeaderError {}
 /// GitHub's answer once the hourly quota is spent:
 ///
 /// ```
-/// use rategate::UpstreamSignal;
+/// use rategate::outbound::UpstreamSignal;
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -399,7 +399,7 @@ fn parse_reset(name: &'static str, value: &str, now: SystemTime) -> Result<Durat
 /// # Examples
 ///
 /// ```
-/// use rategate::parse_retry_after;
+/// use rategate::outbound::parse_retry_after;
 /// use std::time::{Duration, UNIX_EPOCH};
 ///
 /// let now = UNIX_EPOCH + Duration::from_secs(784_111_767); // Sun, 06 Nov 1994 08:49:27 GMT
