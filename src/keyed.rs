@@ -132,7 +132,18 @@ pub type DefaultKeyHasher = foldhash::fast::RandomState;
 /// assert_eq!(limiter.len(), 2);
 /// # Ok::<(), rategate::QuotaError>(())
 /// ```
-pub struct KeyedRateLimiter<K, A: Algorithm = TokenBucket, C = QuantaClock, S = DefaultKeyHasher> {
+///
+/// The defaults make the common case short: `KeyedRateLimiter` alone is
+/// `KeyedRateLimiter<String, TokenBucket>`.
+///
+/// ```
+/// use rategate::{KeyedRateLimiter, Quota};
+///
+/// let per_user: KeyedRateLimiter = KeyedRateLimiter::new(Quota::per_minute(100)?)?;
+/// assert!(per_user.check("alice").is_allowed());
+/// # Ok::<(), rategate::QuotaError>(())
+/// ```
+pub struct KeyedRateLimiter<K = String, A: Algorithm = TokenBucket, C = QuantaClock, S = DefaultKeyHasher> {
     algorithm: A,
     clock: C,
     quota: Quota,
