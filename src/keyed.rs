@@ -143,7 +143,12 @@ pub type DefaultKeyHasher = foldhash::fast::RandomState;
 /// assert!(per_user.check("alice").is_allowed());
 /// # Ok::<(), rategate::QuotaError>(())
 /// ```
-pub struct KeyedRateLimiter<K = String, A: Algorithm = TokenBucket, C = QuantaClock, S = DefaultKeyHasher> {
+pub struct KeyedRateLimiter<
+    K = String,
+    A: Algorithm = TokenBucket,
+    C = QuantaClock,
+    S = DefaultKeyHasher,
+> {
     algorithm: A,
     clock: C,
     quota: Quota,

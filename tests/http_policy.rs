@@ -29,6 +29,7 @@ use support::{Client, Reply, serve};
 async fn with_fields(file: &PolicyFile, names: &[&str]) -> RateLimitLayer {
     RateLimitLayer::builder()
         .headers_on_allowed(true)
+        .validate_keys(|_, key| !key.starts_with("made-up"))
         .policies(file, names)
         .await
         .unwrap()
@@ -160,7 +161,11 @@ async fn a_resolver_of_the_applications_own_picks_the_tier() {
     .await
     .unwrap();
     let layer = RateLimitLayer::builder()
-        .class(ClientClass::from_policy(Arc::new(limiter)).unwrap())
+        .class(
+            ClientClass::from_policy(Arc::new(limiter))
+                .unwrap()
+                .validate(|key| key.starts_with("gold") || key.starts_with("key")),
+        )
         .headers_on_allowed(true)
         .build()
         .unwrap();
@@ -367,8 +372,12 @@ key = "ip"
 #[tokio::test]
 async fn a_bearer_policy_keys_each_token_apart() {
     let file = PolicyFile::from_toml(SIGNED_IN).unwrap();
-    let layer = RateLimitLayer::from_policies(&file, &["signed-in"])
+    let layer = RateLimitLayer::builder()
+        .validate_keys(|_, token| token.starts_with("tok-"))
+        .policies(&file, &["signed-in"])
         .await
+        .unwrap()
+        .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer.clone())).await).await;
     let alice = [("authorization", "Bearer tok-alice")];
@@ -396,8 +405,12 @@ async fn a_bearer_policy_keys_each_token_apart() {
 #[tokio::test]
 async fn requests_without_a_token_fall_to_the_next_policy() {
     let file = PolicyFile::from_toml(SIGNED_IN).unwrap();
-    let layer = RateLimitLayer::from_policies(&file, &["signed-in", "anonymous"])
+    let layer = RateLimitLayer::builder()
+        .validate_keys(|_, token| token.starts_with("tok-"))
+        .policies(&file, &["signed-in", "anonymous"])
         .await
+        .unwrap()
+        .build()
         .unwrap();
     let mut client = Client::connect(serve(app(layer)).await).await;
     let anonymous = send_n(&mut client, 2, &[]).await;
@@ -504,4 +517,57 @@ async fn synced_and_leased_policies_decide_behind_the_layer() {
             Some(format!(r#""{name}";q=3;w=3600"#).as_str())
         );
     }
+}
+
+/// A client sending a new invented API key with every request must not get
+/// a fresh budget each time: a header-keyed policy from a file is refused
+/// without the application's key check, and with one the invented keys
+/// fall through to the per-IP policy.
+#[tokio::test]
+async fn invented_api_keys_do_not_escape_the_per_ip_policy() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.api]
+        quota = "1000/h"
+        key = "header:x-api-key"
+
+        [policies.anonymous]
+        quota = "2/h"
+        key = "ip"
+        "#,
+    )
+    .unwrap();
+    let refused = RateLimitLayer::from_policies(&file, &["api", "anonymous"]).await;
+    match refused {
+        Err(PolicyLayerError::Build(BuildError::UncheckedKeys { class })) => {
+            assert_eq!(class, "api")
+        }
+        other => panic!("expected UncheckedKeys, got {other:?}"),
+    }
+    let layer = with_fields(&file, &["api", "anonymous"]).await;
+    let addr = serve(app(layer)).await;
+    let mut client = Client::connect(addr).await;
+    let mut ok = 0;
+    for n in 0..10 {
+        let key = format!("made-up-{n}");
+        let reply = client.send("GET", "/", &[("x-api-key", &key)]).await;
+        ok += usize::from(reply.status == 200);
+    }
+    assert_eq!(
+        ok, 2,
+        "one address with invented keys got {ok} of 10 through"
+    );
+    // An issued key is its own budget.
+    let issued = client.send("GET", "/", &[("x-api-key", "key-1")]).await;
+    assert_eq!(issued.status, 200);
+    // Accepting any key is an explicit choice.
+    assert!(
+        RateLimitLayer::builder()
+            .validate_keys(|_, _| true)
+            .policies(&file, &["api"])
+            .await
+            .unwrap()
+            .build()
+            .is_ok()
+    );
 }

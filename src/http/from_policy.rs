@@ -237,6 +237,12 @@ impl ClientClass {
     /// [`KeyExtractor::client_ip`] with
     /// `ClientClass::new(..).rule(Rule::from_policy(..))` instead.
     ///
+    /// A header or bearer key must be checked by the application
+    /// ([`ClientClass::validate`], or the builder's
+    /// [`validate_keys`](RateLimitBuilder::validate_keys)): the layer is
+    /// not built otherwise, since every invented key would be a fresh
+    /// budget.
+    ///
     /// # Errors
     ///
     /// [`PolicyLayerError::NamedKey`] for a key kind of the application's
@@ -246,7 +252,9 @@ impl ClientClass {
     pub fn from_policy(limiter: Arc<PolicyLimiter>) -> Result<ClientClass, PolicyLayerError> {
         let key = policy_key(limiter.name(), limiter.key_kind())?;
         let name = limiter.name().to_owned();
-        Ok(ClientClass::new(&name, key).rule(Rule::from_policy(limiter)))
+        let mut class = ClientClass::new(&name, key).rule(Rule::from_policy(limiter.clone()));
+        class.unchecked_key = matches!(limiter.key_kind(), KeyKind::Bearer | KeyKind::Header(_));
+        Ok(class)
     }
 }
 
@@ -279,9 +287,11 @@ impl RateLimitLayer {
     /// them; for a resolver of your own, build with [`PolicyLimiter::build`]
     /// and [`ClientClass::from_policy`].
     ///
-    /// The builder's defaults apply (the rate-limit fields on 429s only);
-    /// for other header choices start from a builder:
-    /// `RateLimitLayer::builder().headers_on_allowed(true).policies(&file,
+    /// The builder's defaults apply (the rate-limit fields on 429s only),
+    /// and no key check: a policy keyed on a header or a bearer token is
+    /// refused ([`BuildError::UncheckedKeys`](super::BuildError::UncheckedKeys)).
+    /// For those, and other header choices, start from a builder:
+    /// `RateLimitLayer::builder().validate_keys(|class, key| ..).policies(&file,
     /// names).await?.build()?` ([`RateLimitBuilder::policies`]).
     ///
     /// # Errors

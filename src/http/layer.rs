@@ -23,7 +23,15 @@ use tower::{Layer, Service};
 #[non_exhaustive]
 pub enum BuildError {
     /// No class was added: nothing would be limited.
-    NoTiers,
+    NoClasses,
+    /// A class from a policy file keys on a header or a bearer token, and
+    /// nothing checks its keys: every invented key would be a fresh budget.
+    /// Give the builder [`validate_keys`](RateLimitBuilder::validate_keys)
+    /// (or the class [`ClientClass::validate`]).
+    UncheckedKeys {
+        /// The class (the policy's name).
+        class: String,
+    },
     /// A class holds an async (Redis) rule beside other rules. A store
     /// reached over the network cannot take part in an all-or-nothing
     /// check, so such a rule must be its class's only one.
@@ -56,7 +64,14 @@ pub enum BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::NoTiers => f.write_str("a rate-limit layer needs at least one class"),
+            BuildError::NoClasses => f.write_str("a rate-limit layer needs at least one class"),
+            BuildError::UncheckedKeys { class } => write!(
+                f,
+                "class {class:?} keys on a header or bearer token from a policy file, and \
+                 nothing checks its keys, so every invented key would get a fresh budget: \
+                 give the builder .validate_keys(|class, key| ...) to admit only keys the \
+                 application issued (or .validate_keys(|_, _| true) to accept any key)"
+            ),
             BuildError::AsyncNotAlone { class, rule } => write!(
                 f,
                 "class {class:?}: the async rule {rule:?} must be the class's only rule \
@@ -189,10 +204,14 @@ impl Config {
     }
 }
 
+/// The builder's check of policy-file keys: (class, key) -> issued.
+type KeyCheck = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
 /// Builds a [`RateLimitLayer`]; from [`RateLimitLayer::builder`].
 #[must_use]
 pub struct RateLimitBuilder {
     classes: Vec<ClientClass>,
+    key_check: Option<KeyCheck>,
     shadow: bool,
     headers: HeaderOptions,
     responder: Option<Responder>,
@@ -208,6 +227,22 @@ impl fmt::Debug for RateLimitBuilder {
 }
 
 impl RateLimitBuilder {
+    /// The application's check of the keys of classes from a policy file
+    /// that key on a header or a bearer token (`key = "header:x-api-key"`,
+    /// `key = "bearer"`): `check(class, key)` is true for a key the
+    /// application issued. A key it refuses is not a budget: the request
+    /// goes on to the next class (by IP, say). Without a check such
+    /// classes are refused at [`build`](Self::build)
+    /// ([`BuildError::UncheckedKeys`]); `|_, _| true` accepts any key,
+    /// every invented one a fresh budget.
+    pub fn validate_keys(
+        mut self,
+        check: impl Fn(&str, &str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.key_check = Some(Arc::new(check));
+        self
+    }
+
     /// Adds a class. Classes are tried in order: the first whose key extractor
     /// finds a key decides the request.
     pub fn class(mut self, class: ClientClass) -> Self {
@@ -300,12 +335,23 @@ impl RateLimitBuilder {
     ///
     /// # Errors
     ///
-    /// [`BuildError::NoTiers`] without a class; [`BuildError::AsyncNotAlone`]
+    /// [`BuildError::NoClasses`] without a class; [`BuildError::AsyncNotAlone`]
     /// for an async rule beside others in a class, and
     /// [`BuildError::ShadowNotAlone`] for a shadow rule beside others.
-    pub fn build(self) -> Result<RateLimitLayer, BuildError> {
+    pub fn build(mut self) -> Result<RateLimitLayer, BuildError> {
         if self.classes.is_empty() {
-            return Err(BuildError::NoTiers);
+            return Err(BuildError::NoClasses);
+        }
+        for class in &mut self.classes {
+            if class.unchecked_key {
+                let Some(check) = self.key_check.clone() else {
+                    return Err(BuildError::UncheckedKeys {
+                        class: class.name.to_string(),
+                    });
+                };
+                let name = Arc::clone(&class.name);
+                *class = class.clone().validate(move |key| check(&name, key));
+            }
         }
         for class in &self.classes {
             if let Some(rule) = class
@@ -448,6 +494,7 @@ impl RateLimitLayer {
     /// A builder to add classes, shadow mode, header choices and a responder.
     pub fn builder() -> RateLimitBuilder {
         RateLimitBuilder {
+            key_check: None,
             classes: Vec::new(),
             shadow: false,
             headers: HeaderOptions::default(),

@@ -592,6 +592,9 @@ pub struct ClientClass {
     pub(crate) rules: Vec<Rule>,
     /// The rule whose fields an admitted request reports, by name.
     pub(crate) report: Option<Arc<str>>,
+    /// Keyed on a header or bearer token from a policy file, with no
+    /// check of its keys yet: the builder refuses it without one.
+    pub(crate) unchecked_key: bool,
 }
 
 impl ClientClass {
@@ -602,7 +605,17 @@ impl ClientClass {
             key,
             rules: Vec::new(),
             report: None,
+            unchecked_key: false,
         }
+    }
+
+    /// The application's check of this class's keys: a key `known`
+    /// refuses is not a budget (see [`KeyExtractor::validate`]; it
+    /// replaces a check the extractor had).
+    pub fn validate(mut self, known: impl Fn(&str) -> bool + Send + Sync + 'static) -> ClientClass {
+        self.key = self.key.validate(known);
+        self.unchecked_key = false;
+        self
     }
 
     /// Adds a rule.
