@@ -230,3 +230,69 @@ fn reqwest_like(
         })
     }
 }
+
+mod door {
+    use http::{Request, StatusCode};
+    use rategate::http::{Charge, ClientClass, KeyExtractor, Matcher, RateLimitLayer, Rule};
+    use rategate::{FixedWindow, KeyedRateLimiter};
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tower::{Layer, Service, ServiceExt};
+
+    type Keyed = KeyedRateLimiter<String, FixedWindow>;
+
+    /// A client whose budget is spent is refused at the door of a
+    /// handler-charged route: its handler (parsing an attacker-chosen body)
+    /// does not run.
+    #[test]
+    fn an_exhausted_client_is_refused_before_a_handler_charged_route_runs() {
+        let hourly = Arc::new(Keyed::new("2/h".parse().unwrap()).unwrap());
+        let points = Arc::new(Keyed::new("1000/h".parse().unwrap()).unwrap());
+        let layer = RateLimitLayer::builder()
+            .class(
+                ClientClass::new("all", KeyExtractor::global())
+                    .rule(Rule::new("hourly", Arc::clone(&hourly)))
+                    .rule(
+                        Rule::new("graphql", Arc::clone(&points))
+                            .when(Matcher::path_prefix("/graphql"))
+                            .charged_by_handler(),
+                    ),
+            )
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicU32::new(0));
+        let handler_calls = Arc::clone(&calls);
+        // The handler fails to parse the query: it returns 400 without charging.
+        let mut service = layer.layer(tower::service_fn(move |request: Request<()>| {
+            let calls = Arc::clone(&handler_calls);
+            async move {
+                assert!(request.extensions().get::<Charge>().is_some());
+                calls.fetch_add(1, Ordering::SeqCst);
+                let mut response = http::Response::new(());
+                *response.status_mut() = StatusCode::BAD_REQUEST;
+                Ok::<_, Infallible>(response)
+            }
+        }));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut statuses = Vec::new();
+        for _ in 0..20 {
+            let request = Request::post("/graphql").body(()).unwrap();
+            let response = rt
+                .block_on(async { service.ready().await?.call(request).await })
+                .unwrap();
+            statuses.push(response.status().as_u16());
+        }
+        // The hourly rule admits 2 requests an hour: the later ones must be
+        // answered 429 by the layer, not served by the handler.
+        assert_eq!(hourly.peek_n("global", 0).unwrap().remaining(), 0);
+        assert_eq!(&statuses[2..], [429; 18]);
+        assert!(
+            calls.load(Ordering::SeqCst) <= 2,
+            "the handler ran {} times on a budget of 2 (statuses {statuses:?})",
+            calls.load(Ordering::SeqCst)
+        );
+    }
+}

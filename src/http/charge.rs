@@ -129,7 +129,7 @@ impl Pending {
             let rule = class.rules.get(at)?;
             Some((rule, own.unwrap_or(cost)))
         });
-        let verdict = decide_rules(class, rules, &self.deferred.key, false);
+        let verdict = decide_rules(class, rules, &self.deferred.key, false, true);
         match self.config.settle(verdict) {
             Settled::Answer(response) => Err(Rejected {
                 response: Box::new(response),

@@ -238,27 +238,46 @@ fn decide_class(
         }
     }
     if applying.iter().any(|(_, rule)| rule.by_handler) {
+        // Each cost the request knows now; `None` for a rule its handler
+        // charges.
+        let rules: SmallVec<[(usize, Option<u32>); INLINE]> = applying
+            .iter()
+            .map(|&(i, rule)| (i, (!rule.by_handler).then(|| rule.cost_of(parts))))
+            .collect();
+        // At the door: a client whose budget cannot take even the least
+        // this request will cost (the known costs, and 1 for each rule the
+        // handler charges: an uncharged request costs 1) is refused before
+        // its handler runs. Nothing is recorded here.
+        let least = rules
+            .iter()
+            .zip(&applying)
+            .map(|(&(_, cost), &(_, rule))| (rule, cost.unwrap_or(1)));
+        match decide_rules(class, least, key.as_str(), true, false) {
+            Verdict::Decided(report) if !report.allowed => return Verdict::Decided(report),
+            too_high @ Verdict::CostTooHigh { .. } => return too_high,
+            _ => {}
+        }
         return Verdict::Deferred(Box::new(Deferred {
             class: at,
             key: key.into_owned(),
-            rules: applying
-                .iter()
-                .map(|&(i, rule)| (i, (!rule.by_handler).then(|| rule.cost_of(parts))))
-                .collect(),
+            rules: rules.into_iter().collect(),
         }));
     }
     let rules = applying
         .iter()
         .map(|&(_, rule)| (rule, rule.cost_of(parts)));
-    decide_rules(class, rules, key.as_str(), report_allowed)
+    decide_rules(class, rules, key.as_str(), report_allowed, true)
 }
 
 /// `rules`, each with its cost, decided for `key` all or nothing.
+/// Without `commit`, nothing is recorded: the verdict says whether the
+/// rules would admit the costs now.
 pub(crate) fn decide_rules<'a>(
     class: &'a ClientClass,
     rules: impl Iterator<Item = (&'a Rule, u32)>,
     key: &'a str,
     report_allowed: bool,
+    commit: bool,
 ) -> Verdict {
     // Hashed once for every rule.
     let key_id = crate::stripes::keyed_lock_id(key);
@@ -279,7 +298,7 @@ pub(crate) fn decide_rules<'a>(
     }
     let mut decisions: SmallVec<[Decision; INLINE]> =
         smallvec::smallvec![Decision::allow(0, 0, 0); members.len()];
-    match crate::policy::decide(&members, true, &mut decisions) {
+    match crate::policy::decide(&members, commit, &mut decisions) {
         Ok(true) if !report_allowed => Verdict::Allowed,
         Ok(allowed) => Verdict::Decided(Box::new(report(class, &members, &decisions, allowed))),
         Err(error) => {
