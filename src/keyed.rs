@@ -35,10 +35,6 @@ pub enum Overflow {
 
 const DEFAULT_FULL_SWEEP_INTERVAL: u64 = 1_000_000_000;
 
-/// The second half of the overflow state's [`StateId`] (the first is the
-/// limiter's address): keys in it share one state.
-const OVERFLOW_STATE: u64 = u64::MAX;
-
 /// Where a key not in the map was decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
@@ -558,7 +554,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let own = (crate::policy::address_of(self), key_id);
+        let _ = key_id;
+        let own = StateId::of(crate::policy::address_of(self), self.map.hash_of(key));
         let now = self.clock.now();
         if let Some(result) = self
             .map
@@ -578,7 +575,7 @@ where
         });
         let id = match place {
             Place::Own => own,
-            Place::Overflow => (crate::policy::address_of(self), OVERFLOW_STATE),
+            Place::Overflow => StateId::overflow(crate::policy::address_of(self)),
         };
         match result {
             Held::Decided(result) => Held::Decided(result.map(|d| (d, id))),

@@ -22,6 +22,11 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         KeyMap { map }
     }
 
+    /// The key's hash by the map's own (seeded) hasher.
+    pub(crate) fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.map.hasher().hash_one(key)
+    }
+
     /// The key's value, under its shard's read lock while the guard lives.
     ///
     /// The lookup is `dashmap`'s own (hash, shard, `hashbrown` probe), with
@@ -174,6 +179,12 @@ impl<K: Hash + Eq, V, S: BuildHasher + Clone> KeyMap<K, V, S> {
         KeyMap {
             map: loom::sync::RwLock::new(std::collections::HashMap::with_hasher(hasher)),
         }
+    }
+
+    /// The key's hash by the map's own hasher.
+    pub(crate) fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.hasher().hash_one(key)
     }
 
     pub(crate) fn with<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>

@@ -121,6 +121,10 @@ pub(crate) fn is_free(lock_id: u64) -> bool {
 
 /// Runs `f` holding the stripe of `lock_id` alone (`reset` of a key, which
 /// must not remove a key a decision is using).
+/// Every stripe: a change to a limiter's parameters waits for the
+/// decisions in progress and keeps new ones out while it lands.
+pub(crate) const ALL_STRIPES: u64 = u64::MAX >> (64 - STRIPES);
+
 pub(crate) fn with_stripe<R>(lock_id: u64, f: impl FnOnce() -> R) -> R {
     with_stripes(mask_of(lock_id), f)
 }

@@ -175,7 +175,10 @@ impl<A: Adjust> Adjustable<A> {
     }
 
     /// Makes `quota` the one every later check enforces. Lock-free for
-    /// checks; concurrent changes are serialised by a mutex.
+    /// checks; concurrent changes are serialised by a mutex. The change
+    /// waits for all-or-nothing decisions in progress (it takes every lock
+    /// stripe), so that no decision peeks under one quota and checks under
+    /// another.
     ///
     /// # Errors
     ///
@@ -183,6 +186,11 @@ impl<A: Adjust> Adjustable<A> {
     /// period, a quota the algorithm cannot represent); the quota in force
     /// is then unchanged.
     pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
+        crate::stripes::with_stripes(crate::stripes::ALL_STRIPES, || self.publish(quota))
+    }
+
+    /// `set_quota`, under every stripe.
+    fn publish(&self, quota: Quota) -> Result<(), QuotaError> {
         let mut versions = self.versions.lock();
         let algorithm = self.version().algorithm.retune(&quota)?;
         let version = std::sync::Arc::new(Version { algorithm, quota });

@@ -353,8 +353,8 @@ impl Member for Bound<'_> {
         self.backend.reserve_held(self.key, self.key_id, cost, held)
     }
 
-    fn check(&self, cost: u32, held: u64) -> Held<Decision> {
-        self.backend.check_held(self.key, cost, held)
+    fn check(&self, cost: u32, held: u64, reserved: Option<StateId>) -> Held<Decision> {
+        self.backend.check_held(self.key, cost, held, reserved)
     }
 }
 

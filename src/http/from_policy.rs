@@ -129,12 +129,21 @@ impl Backend for SyncPolicy {
     ) -> Held<(Decision, StateId)> {
         self.0
             .reserve_held(key, key_id, cost, held)
-            .unwrap_or(Held::Decided(Ok((never_admitted(), (0, key_id)))))
+            .unwrap_or(Held::Decided(Ok((
+                never_admitted(),
+                StateId::of(0, key_id),
+            ))))
     }
 
-    fn check_held(&self, key: &str, cost: u32, held: u64) -> Held<Decision> {
+    fn check_held(
+        &self,
+        key: &str,
+        cost: u32,
+        held: u64,
+        reserved: Option<StateId>,
+    ) -> Held<Decision> {
         self.0
-            .check_held(key, cost, held)
+            .check_held(key, cost, held, reserved)
             .unwrap_or(Held::Decided(Ok(never_admitted())))
     }
 }

@@ -71,15 +71,22 @@ pub trait Backend: Send + Sync + 'static {
         held: u64,
     ) -> Held<(Decision, crate::policy::StateId)> {
         let _ = held;
-        let state = (crate::policy::address_of(self), self.lock_id(key, key_id));
+        let state =
+            crate::policy::StateId::of(crate::policy::address_of(self), self.lock_id(key, key_id));
         Held::Decided(self.peek_n(key, cost).map(|d| (d, state)))
     }
 
     /// The all-or-nothing protocol: checks `cost` for `key` while the
     /// stripes in `held` are held. The default checks.
     #[doc(hidden)]
-    fn check_held(&self, key: &str, cost: u32, held: u64) -> Held<Decision> {
-        let _ = held;
+    fn check_held(
+        &self,
+        key: &str,
+        cost: u32,
+        held: u64,
+        reserved: Option<crate::policy::StateId>,
+    ) -> Held<Decision> {
+        let _ = (held, reserved);
         Held::Decided(self.check_n(key, cost))
     }
 }
@@ -119,7 +126,13 @@ where
         KeyedRateLimiter::reserve_held(self, key, key_id, cost, held)
     }
 
-    fn check_held(&self, key: &str, cost: u32, held: u64) -> Held<Decision> {
+    fn check_held(
+        &self,
+        key: &str,
+        cost: u32,
+        held: u64,
+        _reserved: Option<crate::policy::StateId>,
+    ) -> Held<Decision> {
         KeyedRateLimiter::check_held(self, key, cost, held)
     }
 }

@@ -55,7 +55,10 @@ pub trait Limit: Send + Sync {
     #[doc(hidden)]
     fn reserve_held(&self, cost: u32, held: u64) -> Held<(Decision, StateId)> {
         let _ = held;
-        Held::Decided(self.peek_n(cost).map(|d| (d, (address_of(self), 0))))
+        Held::Decided(
+            self.peek_n(cost)
+                .map(|d| (d, StateId::of(address_of(self), 0))),
+        )
     }
 
     /// The all-or-nothing protocol: checks `cost` while the stripes in
@@ -205,7 +208,7 @@ impl Member for Charged<'_> {
         self.limit.reserve_held(cost, held)
     }
 
-    fn check(&self, cost: u32, held: u64) -> Held<Decision> {
+    fn check(&self, cost: u32, held: u64, _reserved: Option<StateId>) -> Held<Decision> {
         self.limit.check_held(cost, held)
     }
 }

@@ -39,7 +39,42 @@ use std::fmt;
 /// members on the same state (one limiter listed twice, two rules on one
 /// keyed limiter for one key, keys past a key cap in one overflow state).
 #[doc(hidden)]
-pub type StateId = (usize, u64);
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateId {
+    /// The address of the limiter (or tier) that holds the state.
+    owner: usize,
+    /// Which of its states: a key's hash by the limiter's own seeded map
+    /// hasher, so that two keys share an id only by a 64-bit accident no
+    /// client can aim at; 0 for a limiter with one state.
+    state: u64,
+    /// The limiter's overflow state, shared by the keys past its key cap.
+    overflow: bool,
+}
+
+impl StateId {
+    /// State `state` of the limiter at `owner`.
+    pub(crate) fn of(owner: usize, state: u64) -> StateId {
+        StateId {
+            owner,
+            state,
+            overflow: false,
+        }
+    }
+
+    /// The overflow state of the limiter at `owner`.
+    pub(crate) fn overflow(owner: usize) -> StateId {
+        StateId {
+            owner,
+            state: 0,
+            overflow: true,
+        }
+    }
+
+    /// The address of the limiter that holds the state.
+    pub(crate) fn owner(&self) -> usize {
+        self.owner
+    }
+}
 
 /// What a member decides while a decision holds the stripes in a mask.
 /// Part of the protocol between [`Limit`](super::Limit) (or the HTTP
@@ -83,8 +118,9 @@ pub(crate) trait Member {
     fn lock_id(&self) -> u64;
     /// Finds the member's state and peeks `cost` there.
     fn reserve(&self, cost: u32, held: u64) -> Held<(Decision, StateId)>;
-    /// Checks `cost`, recording it if admitted.
-    fn check(&self, cost: u32, held: u64) -> Held<Decision>;
+    /// Checks `cost`, recording it if admitted, on the state the
+    /// reservation found (`reserved`; `None` when nothing was reserved).
+    fn check(&self, cost: u32, held: u64, reserved: Option<StateId>) -> Held<Decision>;
 }
 
 /// Members decided without a heap allocation for their bookkeeping.
@@ -111,12 +147,12 @@ pub(crate) fn decide<M: Member>(
     let mut mask = members.iter().fold(mask_of(first.lock_id()), |mask, m| {
         mask | mask_of(m.lock_id())
     });
-    let mut inline = [(0, 0); INLINE];
+    let mut inline = [StateId::default(); INLINE];
     let mut spill = Vec::new();
     let ids: &mut [StateId] = if members.len() <= INLINE {
         &mut inline[..members.len()]
     } else {
-        spill.resize(members.len(), (0, 0));
+        spill.resize(members.len(), StateId::default());
         &mut spill
     };
     loop {
@@ -125,6 +161,9 @@ pub(crate) fn decide<M: Member>(
             // Each retry adds a stripe to the mask, so there are at most
             // as many retries as stripes.
             Attempt::Need(lock_id) => mask |= mask_of(lock_id),
+            // A key placed in an overflow state found room since: the
+            // next attempt finds it in its limiter's map.
+            Attempt::Moved => {}
         }
     }
 }
@@ -132,6 +171,7 @@ pub(crate) fn decide<M: Member>(
 enum Attempt {
     Done(Result<bool, MemberError>),
     Need(u64),
+    Moved,
 }
 
 /// One try at the decision, holding the stripes in `held`.
@@ -144,7 +184,7 @@ fn attempt<M: Member>(
 ) -> Attempt {
     let error = |member, error| Attempt::Done(Err(MemberError { member, error }));
     if let ([only], true) = (members, commit) {
-        return match only.check(only.cost(), held) {
+        return match only.check(only.cost(), held, None) {
             Held::NeedStripe(lock_id) => Attempt::Need(lock_id),
             Held::Decided(Err(e)) => error(0, e),
             Held::Decided(Ok(decision)) => {
@@ -162,6 +202,25 @@ fn attempt<M: Member>(
                 decisions[i] = decision;
                 ids[i] = id;
                 admitted &= decision.is_allowed();
+            }
+        }
+    }
+    // A key placed in its limiter's overflow state (the map was full) can
+    // find room a moment later, when a sweep or a reset frees some: a
+    // later member of the same limiter and key then inserts it, and the
+    // two would be decided on different states. Placements are settled
+    // once no overflow placement would now land elsewhere. Only keys past
+    // a key cap pay for the second look.
+    if ids.iter().any(|id| id.overflow) {
+        for (i, member) in members.iter().enumerate() {
+            if !ids[i].overflow {
+                continue;
+            }
+            match member.reserve(member.cost(), held) {
+                Held::NeedStripe(lock_id) => return Attempt::Need(lock_id),
+                Held::Decided(Err(e)) => return error(i, e),
+                Held::Decided(Ok((_, id))) if id != ids[i] => return Attempt::Moved,
+                Held::Decided(Ok(_)) => {}
             }
         }
     }
@@ -196,7 +255,7 @@ fn attempt<M: Member>(
         return Attempt::Done(Ok(admitted));
     }
     for (i, member) in members.iter().enumerate() {
-        match member.check(member.cost(), held) {
+        match member.check(member.cost(), held, Some(ids[i])) {
             Held::Decided(Ok(decision)) => {
                 decisions[i] = decision;
                 if !decision.is_allowed() {

@@ -470,7 +470,9 @@ impl PolicyLimiter {
         }
     }
 
-    /// The all-or-nothing protocol: checks `cost` for `key` in its tier,
+    /// The all-or-nothing protocol: checks `cost` for `key` in the tier
+    /// its reservation chose (`reserved`; else the key's tier now: a tier
+    /// change between a peek and its check must not move the check),
     /// counted as [`try_check_n`](Self::try_check_n) counts; `None` for
     /// another backend than memory.
     #[cfg(feature = "http")]
@@ -479,11 +481,17 @@ impl PolicyLimiter {
         key: &str,
         cost: u32,
         held: u64,
+        reserved: Option<crate::policy::StateId>,
     ) -> Option<crate::policy::Held<Decision>> {
         use crate::policy::Held;
         match &self.backends {
             TierLimiters::Memory(t) => {
-                let tier = t.tier_of(key);
+                let reserved_tier = reserved.and_then(|id| {
+                    (0..t.len()).map(TierId::new).find(|&tier| {
+                        crate::policy::address_of(t.tier(tier).limiter()) == id.owner()
+                    })
+                });
+                let tier = reserved_tier.unwrap_or_else(|| t.tier_of(key));
                 Some(match t.tier(tier).limiter().check_held(key, cost, held) {
                     Held::Decided(result) => {
                         Held::Decided(result.map(|d| self.decided(key, d, tier).decision()))
