@@ -220,3 +220,43 @@ async fn api_keys_from_a_header_with_an_ip_fallback() {
     assert_eq!(by_key.len(), 2);
     assert_eq!(by_ip.peek_n("127.0.0.1", 0).unwrap().remaining(), 0);
 }
+
+fn bearer_parts(token: &str) -> http::request::Parts {
+    http::Request::get("/")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0
+}
+
+/// A JWT-sized bearer token is a key: the application's check sees it
+/// whole, and the limiter holds a short digest of it, one per token.
+#[test]
+fn a_jwt_sized_bearer_token_is_a_key_kept_as_a_digest() {
+    let jwt = |claims: &str| {
+        format!(
+            "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.{}.{}",
+            claims.repeat(8),
+            "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c".repeat(8)
+        )
+    };
+    let (alice, bob) = (jwt("eyJzdWIiOiJhbGljZSJ9"), jwt("eyJzdWIiOiJib2IifQ"));
+    assert!(alice.len() > rategate::http::DEFAULT_MAX_KEY_LEN);
+    let issued = alice.clone();
+    let extractor = KeyExtractor::bearer_token().validate(move |token| token == issued);
+    let key = extractor.extract(&bearer_parts(&alice)).unwrap();
+    assert!(key.len() <= rategate::http::DEFAULT_MAX_KEY_LEN, "{key}");
+    assert_eq!(extractor.extract(&bearer_parts(&alice)).unwrap(), key);
+    // Another token is checked whole, and refused.
+    assert!(extractor.extract(&bearer_parts(&bob)).is_err());
+    // Without a check, two tokens are two keys.
+    let any = KeyExtractor::bearer_token();
+    assert_ne!(
+        any.extract(&bearer_parts(&alice)).unwrap(),
+        any.extract(&bearer_parts(&bob)).unwrap()
+    );
+    // Past the token limit, no key.
+    let huge = "a".repeat(rategate::http::DEFAULT_MAX_TOKEN_LEN + 1);
+    assert!(any.extract(&bearer_parts(&huge)).is_err());
+}

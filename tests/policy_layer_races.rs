@@ -222,10 +222,10 @@ fn hostile_policy_files_never_panic() {
         format!("[policies.{long_name}]\nquota = \"5/s\"\nkey = \"ip\"\n"),
         format!("[policies.a]\nquota = \"5/s\"\nkey = \"header:{long_name}\"\n"),
         format!("[policies.a]\nquota = \"5/s\"\nkey = \"ip\"\n[policies.a.tiers]\n{long_name} = \"1/s\"\n"),
-        format!("[policies.\"a\\\"b\"]\nquota = \"5/s\"\nkey = \"ip\"\n"),
+        "[policies.\"a\\\"b\"]\nquota = \"5/s\"\nkey = \"ip\"\n".to_string(),
         "[policies.\"\"]\nquota = \"5/s\"\nkey = \"ip\"\n".to_string(),
         "[policies.\"\u{202e}evil\\n\\r\"]\nquota = \"5/s\"\nkey = \"global\"\n".to_string(),
-        format!("{}", "[[a]]\n".repeat(10_000)),
+        "[[a]]\n".repeat(10_000),
         format!("x = {}1{}\n", "[".repeat(5_000), "]".repeat(5_000)),
     ]);
     let mut panics = Vec::new();

@@ -4,7 +4,9 @@ use super::client_ip::ClientIp;
 use crate::sync::Arc;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use std::collections::hash_map::RandomState;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::net::{Ipv4Addr, SocketAddr};
 
 /// Why no key could be taken from a request.
@@ -51,6 +53,13 @@ impl std::error::Error for KeyError {}
 /// The longest header value taken as a key by default: longer ones are
 /// refused rather than stored.
 pub const DEFAULT_MAX_KEY_LEN: usize = 256;
+
+/// The longest bearer token taken as a key by default (a JWT is often
+/// 500 to 2,000 bytes). A token longer than [`DEFAULT_MAX_KEY_LEN`] is
+/// checked whole by [`KeyExtractor::validate`], then kept as a 128-bit
+/// digest (keyed by random numbers of the extractor's own), so a keyed
+/// limiter holds at most `DEFAULT_MAX_KEY_LEN` bytes per key.
+pub const DEFAULT_MAX_TOKEN_LEN: usize = 4096;
 
 type KeyFn = dyn Fn(&Parts) -> Result<String, KeyError> + Send + Sync;
 type KnownFn = dyn Fn(&str) -> bool + Send + Sync;
@@ -103,6 +112,8 @@ pub struct KeyExtractor {
     known: Option<Arc<KnownFn>>,
     /// An unknown key is answered 401 rather than left to the next class.
     reject_unknown: bool,
+    /// The keys of the digest of a key longer than [`DEFAULT_MAX_KEY_LEN`].
+    digest: [RandomState; 2],
 }
 
 #[derive(Clone)]
@@ -142,7 +153,21 @@ impl KeyExtractor {
             kind,
             known: None,
             reject_unknown: false,
+            digest: [RandomState::new(), RandomState::new()],
         }
+    }
+
+    /// A key of at most [`DEFAULT_MAX_KEY_LEN`] bytes: `key` itself, or
+    /// for a longer one `#` and its 128-bit digest in hex (SipHash under
+    /// two random keys of this extractor's: no client can aim a token at
+    /// another's digest).
+    fn stored<'a>(&self, key: Key<'a>) -> Key<'a> {
+        if key.as_str().len() <= DEFAULT_MAX_KEY_LEN {
+            return key;
+        }
+        let [a, b] = &self.digest;
+        let (high, low) = (a.hash_one(key.as_str()), b.hash_one(key.as_str()));
+        Key::Owned(format!("#{high:016x}{low:016x}"))
     }
 
     /// Takes only keys `known` accepts (an API key or token the
@@ -203,12 +228,14 @@ impl KeyExtractor {
         })
     }
 
-    /// The token of `Authorization: Bearer <token>`.
+    /// The token of `Authorization: Bearer <token>`, at most
+    /// [`DEFAULT_MAX_TOKEN_LEN`] bytes of visible ASCII (a JWT), kept as a
+    /// digest past [`DEFAULT_MAX_KEY_LEN`].
     pub fn bearer_token() -> KeyExtractor {
         KeyExtractor::of(Kind::Header {
             name: http::header::AUTHORIZATION,
             bearer: true,
-            max_len: DEFAULT_MAX_KEY_LEN,
+            max_len: DEFAULT_MAX_TOKEN_LEN,
         })
     }
 
@@ -238,7 +265,9 @@ impl KeyExtractor {
     }
 
     /// For a header extractor, takes values of up to `max_len` bytes
-    /// (default [`DEFAULT_MAX_KEY_LEN`]); other extractors are unchanged.
+    /// (default [`DEFAULT_MAX_KEY_LEN`], [`DEFAULT_MAX_TOKEN_LEN`] for a
+    /// bearer token; a key past [`DEFAULT_MAX_KEY_LEN`] is kept as a
+    /// digest); other extractors are unchanged.
     pub fn max_len(mut self, max_len: usize) -> KeyExtractor {
         if let Kind::Header { max_len: m, .. } = &mut self.kind {
             *m = max_len;
@@ -261,7 +290,7 @@ impl KeyExtractor {
     pub(crate) fn extract_key<'a>(&self, parts: &'a Parts) -> Result<Key<'a>, KeyError> {
         let key = self.extract_unchecked(parts)?;
         if self.is_known(key.as_str()) {
-            Ok(key)
+            Ok(self.stored(key))
         } else {
             Err(KeyError::UnknownKey)
         }
@@ -306,7 +335,7 @@ impl KeyExtractor {
             return Ok(None);
         };
         match (self.is_known(key.as_str()), self.reject_unknown) {
-            (true, _) => Ok(Some(key)),
+            (true, _) => Ok(Some(self.stored(key))),
             (false, false) => Ok(None),
             (false, true) => Err(KeyError::UnknownKey),
         }

@@ -77,7 +77,7 @@ pub use client_ip::{ClientIp, ForwardedHeader};
 #[cfg(feature = "serde")]
 pub use from_policy::PolicyLayerError;
 pub use future::ResponseFuture;
-pub use key::{DEFAULT_MAX_KEY_LEN, KeyError, KeyExtractor, peer_addr};
+pub use key::{DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_TOKEN_LEN, KeyError, KeyExtractor, peer_addr};
 pub use layer::{BuildError, PER_IP_MAX_KEYS, RateLimit, RateLimitBuilder, RateLimitLayer};
 pub use policy::{AsyncBackend, Backend, BackendFuture, ClientClass, Matcher, Rule};
 pub use response::{Rejection, Responder, problem_response};

@@ -29,7 +29,9 @@
 //! limiter (`limiter.check_n`), outside any layer or `AllOf`, takes no
 //! stripe. If it takes the last slot of a member between a decision's peek
 //! and its check, the decision's earlier members have been charged for a
-//! request that is then refused.
+//! request that is then refused. A limit of the application's own that
+//! panics in its check leaves the members checked before it charged (the
+//! stripes are released as the panic unwinds).
 
 use crate::stripes::{mask_of, with_stripes};
 use crate::{CheckError, Decision};
