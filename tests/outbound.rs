@@ -328,3 +328,18 @@ async fn an_advertised_policy_paces_by_at_most_the_maximum_pause() {
     let t = admissions(&g, 2).await;
     assert_eq!(t, vec![0, 2000]);
 }
+
+/// One limit needs no `AllOf`: the guard takes a limiter, or an `Arc` of
+/// one shared with other code, and waits under it.
+#[tokio::test(start_paused = true)]
+async fn a_guard_over_one_limiter_needs_no_all_of() {
+    let shared = limit(2, 1);
+    let guard = OutboundLimiter::with_clock(Arc::clone(&shared), TokioClock::new());
+    let start = Instant::now();
+    for _ in 0..3 {
+        guard.until_ready().await.unwrap();
+    }
+    // Three calls at 2/s with a burst of 1: the third waits a whole second.
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert!(!shared.peek_n(1).unwrap().is_allowed());
+}

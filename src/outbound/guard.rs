@@ -104,9 +104,11 @@ impl<C: Clock> std::fmt::Debug for OutboundLimiter<C> {
 }
 
 impl OutboundLimiter<QuantaClock> {
-    /// A guard over `limits` on the default clock. Use the same clock as the
-    /// limits (see [`with_clock`](OutboundLimiter::with_clock)).
-    pub fn new(limits: AllOf) -> Self {
+    /// A guard over `limits` on the default clock: one limit (a
+    /// `RateLimiter`, shared in an `Arc` or not) or an [`AllOf`] of several.
+    /// Use the same clock as the limits (see
+    /// [`with_clock`](OutboundLimiter::with_clock)).
+    pub fn new(limits: impl Into<AllOf>) -> Self {
         Self::with_clock(limits, QuantaClock::new())
     }
 }
@@ -190,7 +192,8 @@ impl<C: Clock> OutboundLimiter<C> {
     #[cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
     /// A guard over `limits`, timing pauses and pacing on `clock` (a
     /// [`TokioClock`](crate::TokioClock) in tests under paused time).
-    pub fn with_clock(limits: AllOf, clock: C) -> Self {
+    pub fn with_clock(limits: impl Into<AllOf>, clock: C) -> Self {
+        let limits = limits.into();
         let base_gap = limits
             .quota()
             .map_or(0, |q| q.period_nanos() / u64::from(q.limit()).max(1));

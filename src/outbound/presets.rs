@@ -9,13 +9,11 @@
 //! quota yourself and let the headers correct it:
 //!
 //! ```
-//! use rategate::policy::{AllOf, Limit};
 //! use rategate::{OutboundLimiter, Quota, RateLimiter, TokenBucket};
-//! use std::sync::Arc;
 //!
 //! // SendGrid mail send, at a limit your account was given (an example figure).
-//! let mail_send = Arc::new(RateLimiter::<TokenBucket>::new(Quota::per_second(10)?)?);
-//! let sendgrid = OutboundLimiter::new(AllOf::new([mail_send as Arc<dyn Limit>]));
+//! let mail_send = RateLimiter::<TokenBucket>::new(Quota::per_second(10)?)?;
+//! let sendgrid = OutboundLimiter::new(mail_send);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -359,6 +359,14 @@ impl fmt::Debug for AllOf {
     }
 }
 
+/// One limit (or an `Arc` of one) as a set of one:
+/// `OutboundLimiter::new(limiter)`.
+impl<L: Limit + 'static> From<L> for AllOf {
+    fn from(limit: L) -> AllOf {
+        AllOf::new([Arc::new(limit) as Arc<dyn Limit>])
+    }
+}
+
 impl AllOf {
     /// The limits a request must pass together. An empty set admits
     /// everything.
