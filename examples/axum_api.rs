@@ -28,7 +28,7 @@ use axum::Router;
 use axum::routing::get;
 use http::request::Parts;
 use rategate::http::{
-    ClientClass, ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitBuilder, RateLimitLayer,
+    ClientClass, ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
     Rule, SameBody,
 };
 use rategate::{KeyedRateLimiter, Quota, TokenBucket};
@@ -113,7 +113,7 @@ impl Limiters {
     }
 
     /// The layer, from `builder` (header choices set on it).
-    pub fn layer_from(&self, builder: RateLimitBuilder) -> RateLimitLayer {
+    pub fn layer_from(&self, builder: RateLimitLayerBuilder) -> RateLimitLayer {
         // Built once; each rule holds a clone (an `Arc`).
         let graphql_path = Matcher::path_prefix("/graphql");
         let rest_path = !graphql_path.clone();

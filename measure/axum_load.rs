@@ -885,7 +885,7 @@ fn distinct_ip(n: u64) -> Vec<(&'static str, String)> {
 /// on 429s only (`default`, or `denials`); every field on every response
 /// (`all`); the IETF pair only (`ietf`) or `x-ratelimit-*` only (`x`) on
 /// every response.
-fn builder(headers: &str) -> rategate::http::RateLimitBuilder {
+fn builder(headers: &str) -> rategate::http::RateLimitLayerBuilder {
     let builder = rategate::http::RateLimitLayer::builder();
     match headers {
         "default" | "denials" => builder,

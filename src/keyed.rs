@@ -63,8 +63,8 @@ fn unreachable_held() -> Decision {
 /// process's timing to recover its seed and then sends keys that collide.
 /// Keys are often client-chosen (API keys, IPs); where that threat matters,
 /// choose SipHash with
-/// [`KeyedBuilder::hasher`]`(std::collections::hash_map::RandomState::new())`.
-/// The cap on keys ([`KeyedBuilder::max_keys`]) bounds memory either way,
+/// [`KeyedRateLimiterBuilder::hasher`]`(std::collections::hash_map::RandomState::new())`.
+/// The cap on keys ([`KeyedRateLimiterBuilder::max_keys`]) bounds memory either way,
 /// not the cost of colliding lookups.
 ///
 /// [foldhash]: https://docs.rs/foldhash
@@ -83,8 +83,8 @@ pub type DefaultKeyHasher = foldhash::fast::RandomState;
 /// A key whose state carries no information (a full token bucket, an expired
 /// window) is *idle* and can be dropped without changing any future decision.
 /// [`sweep`](KeyedRateLimiter::sweep) drops idle keys; with
-/// [`auto_sweep`](KeyedBuilder::auto_sweep) checks run one sweep per interval.
-/// With [`max_keys`](KeyedBuilder::max_keys) the map never holds more than
+/// [`auto_sweep`](KeyedRateLimiterBuilder::auto_sweep) checks run one sweep per interval.
+/// With [`max_keys`](KeyedRateLimiterBuilder::max_keys) the map never holds more than
 /// that many keys: a new key that finds the map full triggers a sweep (at
 /// most one per sweep interval, 1 s unless `auto_sweep` sets another, so a
 /// flood of fresh keys does not turn every check into a scan), and if no room
@@ -207,7 +207,7 @@ impl<K, A: Algorithm, C, S> fmt::Debug for KeyedRateLimiter<K, A, C, S> {
 /// Builds a [`KeyedRateLimiter`]; from [`KeyedRateLimiter::builder`].
 #[derive(Debug)]
 #[must_use]
-pub struct KeyedBuilder<K, A, C = QuantaClock, S = DefaultKeyHasher> {
+pub struct KeyedRateLimiterBuilder<K, A, C = QuantaClock, S = DefaultKeyHasher> {
     quota: Quota,
     clock: C,
     hasher: S,
@@ -230,8 +230,8 @@ impl<K: Hash + Eq, A: Algorithm> KeyedRateLimiter<K, A, QuantaClock, DefaultKeyH
 
     /// A builder to choose the clock, the key cap, the overflow policy and
     /// automatic sweeps.
-    pub fn builder(quota: Quota) -> KeyedBuilder<K, A> {
-        KeyedBuilder {
+    pub fn builder(quota: Quota) -> KeyedRateLimiterBuilder<K, A> {
+        KeyedRateLimiterBuilder {
             quota,
             clock: QuantaClock::new(),
             hasher: DefaultKeyHasher::default(),
@@ -244,10 +244,12 @@ impl<K: Hash + Eq, A: Algorithm> KeyedRateLimiter<K, A, QuantaClock, DefaultKeyH
     }
 }
 
-impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<K, A, C, S> {
+impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone>
+    KeyedRateLimiterBuilder<K, A, C, S>
+{
     /// Reads time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
-    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, A, C2, S> {
-        KeyedBuilder {
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedRateLimiterBuilder<K, A, C2, S> {
+        KeyedRateLimiterBuilder {
             quota: self.quota,
             clock,
             hasher: self.hasher,
@@ -262,8 +264,11 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
     /// Hashes keys with `hasher` instead of [`DefaultKeyHasher`] (foldhash):
     /// `std::collections::hash_map::RandomState::new()` for SipHash-1-3,
     /// resistant to hash flooding by keys an attacker chooses.
-    pub fn hasher<S2: BuildHasher + Clone>(self, hasher: S2) -> KeyedBuilder<K, A, C, S2> {
-        KeyedBuilder {
+    pub fn hasher<S2: BuildHasher + Clone>(
+        self,
+        hasher: S2,
+    ) -> KeyedRateLimiterBuilder<K, A, C, S2> {
+        KeyedRateLimiterBuilder {
             quota: self.quota,
             clock: self.clock,
             hasher,
@@ -277,7 +282,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone> KeyedBuilder<
 
     /// The number of map shards (rounded up to a power of two, at least 2,
     /// at most 65,536; the default is four per CPU). A larger count makes
-    /// [`build`](KeyedBuilder::build) fail with
+    /// [`build`](KeyedRateLimiterBuilder::build) fail with
     /// [`QuotaError::TooManyShards`].
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
@@ -843,7 +848,7 @@ where
 
     /// The number of keys held, counting slots reserved by first checks
     /// that are inserting their key at this moment; never above
-    /// [`max_keys`](KeyedBuilder::max_keys). Exact when no check or sweep is
+    /// [`max_keys`](KeyedRateLimiterBuilder::max_keys). Exact when no check or sweep is
     /// running (a sweep subtracts what it dropped once it is done).
     pub fn len(&self) -> usize {
         // Relaxed: a snapshot of a counter.

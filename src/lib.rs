@@ -9,7 +9,7 @@
 //!   parses `"10r/s"`, `"5000/h"`, `"100/1m burst=20"`.
 //! * [`RateLimiter`]: one state shared by all callers.
 //! * [`KeyedRateLimiter`]: one state per key (user, IP, API key) in a
-//!   concurrent map with bounded memory ([`KeyedBuilder`], [`Overflow`]).
+//!   concurrent map with bounded memory ([`KeyedRateLimiterBuilder`], [`Overflow`]).
 //! * Algorithms, chosen by type ([`algorithm`]): [`TokenBucket`] (GCRA),
 //!   [`FixedWindow`], [`SlidingWindowLog`], [`SlidingWindowCounter`],
 //!   [`LeakyBucket`] (nginx `limit_req`); [`Sharded`] stripes a hot key's
@@ -109,7 +109,7 @@ pub use algorithm::{Sharded, Splittable};
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock, UnixClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
-pub use keyed::{DefaultKeyHasher, KeyedBuilder, KeyedRateLimiter, Overflow};
+pub use keyed::{DefaultKeyHasher, KeyedRateLimiter, KeyedRateLimiterBuilder, Overflow};
 pub use limiter::RateLimiter;
 pub use outbound::{OutboundLimiter, presets};
 pub use quota::{Delay, Quota};

@@ -50,7 +50,7 @@ fn with_fields(rule: Rule) -> RateLimitLayer {
 
 fn app(limiter: RedisLimiter<FixedWindow>) -> (Router, RateLimitLayer) {
     // The fields on every response: the test reads them from 200s.
-    let layer = with_fields(Rule::new_async("redis", limiter));
+    let layer = with_fields(Rule::new_async("redis", Arc::new(limiter)));
     let router = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer.clone());
@@ -125,7 +125,7 @@ async fn an_async_rule_must_stand_alone() {
         .class(
             ClientClass::new("t", KeyExtractor::global())
                 .rule(Rule::new("local", local))
-                .rule(Rule::new_async("redis", limiter)),
+                .rule(Rule::new_async("redis", Arc::new(limiter))),
         )
         .build()
         .unwrap_err();

@@ -3,7 +3,7 @@
 //! and a whole layer from a [`PolicyFile`].
 
 use super::key::KeyExtractor;
-use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
+use super::layer::{BuildError, RateLimitLayer, RateLimitLayerBuilder};
 use super::policy::{AsyncBackend, Backend, BackendFuture, ClientClass, Rule, RuleLimiter};
 use crate::policy::config::{ConfigError, KeyKind, PolicyFile, PolicyLimiter};
 use crate::policy::{Held, StateId, TierId};
@@ -111,7 +111,7 @@ impl Backend for SyncPolicy {
     }
 
     fn quota_for(&self, key: &str) -> Quota {
-        self.0.quota_of(key)
+        PolicyLimiter::quota_for(&self.0, key)
     }
 
     fn lock_id(&self, _key: &str, key_id: u64) -> u64 {
@@ -166,7 +166,7 @@ impl AsyncBackend for AsyncPolicy {
     }
 
     fn quota_for(&self, key: &str) -> Quota {
-        self.0.quota_of(key)
+        PolicyLimiter::quota_for(&self.0, key)
     }
 }
 
@@ -248,7 +248,7 @@ impl ClientClass {
     ///
     /// A header or bearer key must be checked by the application
     /// ([`ClientClass::validate`], or the builder's
-    /// [`validate_keys`](RateLimitBuilder::validate_keys)): the layer is
+    /// [`validate_keys`](RateLimitLayerBuilder::validate_keys)): the layer is
     /// not built otherwise, since every invented key would be a fresh
     /// budget.
     ///
@@ -301,7 +301,7 @@ impl RateLimitLayer {
     /// refused ([`BuildError::UncheckedKeys`](super::BuildError::UncheckedKeys)).
     /// For those, and other header choices, start from a builder:
     /// `RateLimitLayer::builder().validate_keys(|class, key| ..).policies(&file,
-    /// names).await?.build()?` ([`RateLimitBuilder::policies`]).
+    /// names).await?.build()?` ([`RateLimitLayerBuilder::policies`]).
     ///
     /// # Errors
     ///
@@ -321,7 +321,7 @@ impl RateLimitLayer {
     }
 }
 
-impl RateLimitBuilder {
+impl RateLimitLayerBuilder {
     /// Adds the policies `names` of `file` as classes, one each, as
     /// [`RateLimitLayer::from_policies`] does, keeping the builder's other
     /// choices (header fields, shadow mode, a responder).
@@ -329,12 +329,12 @@ impl RateLimitBuilder {
     /// # Errors
     ///
     /// As [`RateLimitLayer::from_policies`], except the build errors, which
-    /// come from [`build`](RateLimitBuilder::build).
+    /// come from [`build`](RateLimitLayerBuilder::build).
     pub async fn policies(
         mut self,
         file: &PolicyFile,
         names: &[&str],
-    ) -> Result<RateLimitBuilder, PolicyLayerError> {
+    ) -> Result<RateLimitLayerBuilder, PolicyLayerError> {
         for name in names {
             let policy = file
                 .policy(name)

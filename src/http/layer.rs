@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
-/// Why a [`RateLimitBuilder`] could not build a layer.
+/// Why a [`RateLimitLayerBuilder`] could not build a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
@@ -26,7 +26,7 @@ pub enum BuildError {
     NoClasses,
     /// A class from a policy file keys on a header or a bearer token, and
     /// nothing checks its keys: every invented key would be a fresh budget.
-    /// Give the builder [`validate_keys`](RateLimitBuilder::validate_keys)
+    /// Give the builder [`validate_keys`](RateLimitLayerBuilder::validate_keys)
     /// (or the class [`ClientClass::validate`]).
     UncheckedKeys {
         /// The class (the policy's name).
@@ -209,7 +209,7 @@ type KeyCheck = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
 /// Builds a [`RateLimitLayer`]; from [`RateLimitLayer::builder`].
 #[must_use]
-pub struct RateLimitBuilder {
+pub struct RateLimitLayerBuilder {
     classes: Vec<ClientClass>,
     key_check: Option<KeyCheck>,
     shadow: bool,
@@ -217,16 +217,16 @@ pub struct RateLimitBuilder {
     responder: Option<Responder>,
 }
 
-impl fmt::Debug for RateLimitBuilder {
+impl fmt::Debug for RateLimitLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitBuilder")
+        f.debug_struct("RateLimitLayerBuilder")
             .field("classes", &self.classes)
             .field("shadow", &self.shadow)
             .finish_non_exhaustive()
     }
 }
 
-impl RateLimitBuilder {
+impl RateLimitLayerBuilder {
     /// The application's check of the keys of classes from a policy file
     /// that key on a header or a bearer token (`key = "header:x-api-key"`,
     /// `key = "bearer"`): `check(class, key)` is true for a key the
@@ -413,7 +413,7 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 /// Requests` with `retry-after`, the rate-limit header fields and an RFC
 /// 9457 problem body. By default the fields go on 429s only (and on shadow
 /// mode's would-be 429s);
-/// [`headers_on_allowed(true)`](RateLimitBuilder::headers_on_allowed) adds
+/// [`headers_on_allowed(true)`](RateLimitLayerBuilder::headers_on_allowed) adds
 /// them to every response, as GitHub does.
 ///
 /// In-memory limiters are decided synchronously in `call` (the response
@@ -492,8 +492,8 @@ impl<K> fmt::Debug for RateLimitLayer<K> {
 
 impl RateLimitLayer {
     /// A builder to add classes, shadow mode, header choices and a responder.
-    pub fn builder() -> RateLimitBuilder {
-        RateLimitBuilder {
+    pub fn builder() -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder {
             key_check: None,
             classes: Vec::new(),
             shadow: false,

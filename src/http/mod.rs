@@ -49,7 +49,7 @@
 //! * **Key caps.** Every keyed limiter the layer or a policy file builds
 //!   holds a bounded number of keys ([`PER_IP_MAX_KEYS`] for
 //!   [`RateLimitLayer::per_ip`], `max_keys` in a policy file); build yours
-//!   with [`KeyedBuilder::max_keys`](crate::KeyedBuilder::max_keys).
+//!   with [`KeyedRateLimiterBuilder::max_keys`](crate::KeyedRateLimiterBuilder::max_keys).
 //! * **All or nothing.** A refused request is charged nothing, whatever
 //!   runs beside it (one-rule and several-rule requests, keys past a key
 //!   cap, a limiter shared by two layers); a check made directly on a
@@ -78,7 +78,7 @@ pub use client_ip::{ClientIp, ForwardedHeader};
 pub use from_policy::PolicyLayerError;
 pub use future::ResponseFuture;
 pub use key::{DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_TOKEN_LEN, KeyError, KeyExtractor, peer_addr};
-pub use layer::{BuildError, PER_IP_MAX_KEYS, RateLimit, RateLimitBuilder, RateLimitLayer};
+pub use layer::{BuildError, PER_IP_MAX_KEYS, RateLimit, RateLimitLayer, RateLimitLayerBuilder};
 pub use policy::{AsyncBackend, Backend, BackendFuture, ClientClass, Matcher, Rule};
 pub use response::{Rejection, Responder, problem_response};
 pub use stats::LayerStats;

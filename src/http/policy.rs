@@ -476,8 +476,8 @@ impl Rule {
     /// A class holding one must hold no other rule
     /// ([`BuildError::AsyncNotAlone`](super::BuildError::AsyncNotAlone)):
     /// its store cannot take part in an all-or-nothing check.
-    pub fn new_async<B: AsyncBackend>(name: &str, limiter: B) -> Rule {
-        Rule::from_limiter(name, RuleLimiter::Async(Arc::new(limiter)))
+    pub fn new_async<B: AsyncBackend>(name: &str, limiter: Arc<B>) -> Rule {
+        Rule::from_limiter(name, RuleLimiter::Async(limiter))
     }
 
     pub(crate) fn from_limiter(name: &str, limiter: RuleLimiter) -> Rule {

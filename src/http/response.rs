@@ -14,7 +14,7 @@ use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A request the layer answers instead of the service, passed to the
-/// [`responder`](super::RateLimitBuilder::responder) that writes the
+/// [`responder`](super::RateLimitLayerBuilder::responder) that writes the
 /// answer.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -52,7 +52,7 @@ pub enum Rejection<'a> {
 }
 
 /// Writes the layer's own answers; see
-/// [`RateLimitBuilder::responder`](super::RateLimitBuilder::responder).
+/// [`RateLimitLayerBuilder::responder`](super::RateLimitLayerBuilder::responder).
 pub type Responder = Arc<dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync>;
 
 /// The default answer: an RFC 9457 `application/problem+json` body.

@@ -317,7 +317,7 @@ struct Inner<C: Clock> {
 
 /// Builds a [`LeasedLimiter`]; from [`LeasedLimiter::builder`].
 #[must_use]
-pub struct LeaseBuilder<C> {
+pub struct LeasedLimiterBuilder<C> {
     quota: Quota,
     target: Option<Target>,
     prefix: String,
@@ -329,9 +329,9 @@ pub struct LeaseBuilder<C> {
     background: bool,
 }
 
-impl<C> fmt::Debug for LeaseBuilder<C> {
+impl<C> fmt::Debug for LeasedLimiterBuilder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseBuilder")
+        f.debug_struct("LeasedLimiterBuilder")
             .field("quota", &self.quota)
             .field("target", &self.target)
             .field("prefix", &self.prefix)
@@ -347,9 +347,9 @@ impl<C> fmt::Debug for LeaseBuilder<C> {
 impl LeasedLimiter<WallClock> {
     /// A builder for `quota` per key: `limit` units per fixed window of the
     /// quota's period (its burst is not used). Name the server with
-    /// [`url`](LeaseBuilder::url) or [`cluster`](LeaseBuilder::cluster).
-    pub fn builder(quota: Quota) -> LeaseBuilder<WallClock> {
-        LeaseBuilder {
+    /// [`url`](LeasedLimiterBuilder::url) or [`cluster`](LeasedLimiterBuilder::cluster).
+    pub fn builder(quota: Quota) -> LeasedLimiterBuilder<WallClock> {
+        LeasedLimiterBuilder {
             quota,
             target: None,
             prefix: "rategate".to_owned(),
@@ -363,7 +363,7 @@ impl LeasedLimiter<WallClock> {
     }
 }
 
-impl<C: Clock> LeaseBuilder<C> {
+impl<C: Clock> LeasedLimiterBuilder<C> {
     /// A single Redis server, as `redis://host:port/db`.
     pub fn url(mut self, url: &str) -> Self {
         self.target = Some(Target::Url(url.to_owned()));
@@ -387,8 +387,8 @@ impl<C: Clock> LeaseBuilder<C> {
 
     /// Reads time from `clock` (default [`WallClock`]). Every node must use
     /// clocks with the same origin.
-    pub fn clock<C2: Clock>(self, clock: C2) -> LeaseBuilder<C2> {
-        LeaseBuilder {
+    pub fn clock<C2: Clock>(self, clock: C2) -> LeasedLimiterBuilder<C2> {
+        LeasedLimiterBuilder {
             quota: self.quota,
             target: self.target,
             prefix: self.prefix,
@@ -430,7 +430,7 @@ impl<C: Clock> LeaseBuilder<C> {
         self
     }
 
-    /// Whether [`build`](LeaseBuilder::build) starts the background task
+    /// Whether [`build`](LeasedLimiterBuilder::build) starts the background task
     /// (default true). Without it, checks that need a renewal only mark it,
     /// and [`sync_now`](LeasedLimiter::sync_now) or
     /// [`acquire_n`](LeasedLimiter::acquire_n) make it.

@@ -46,9 +46,9 @@ mod wire;
 
 pub use algorithm::{LUA_EXACT, RedisAlgorithm};
 pub use error::RedisError;
-pub use lease::{LeaseBuilder, LeaseStats, LeasedLimiter};
+pub use lease::{LeaseStats, LeasedLimiter, LeasedLimiterBuilder};
 pub use limiter::{
     BlockingRedisLimiter, RedisDecision, RedisLimiter, RedisLimiterBuilder, RedisStats, Source,
     TimeSource,
 };
-pub use synced::{SyncAlgorithm, SyncStats, SyncedBuilder, SyncedLimiter, WallClock};
+pub use synced::{SyncAlgorithm, SyncStats, SyncedLimiter, SyncedLimiterBuilder, WallClock};

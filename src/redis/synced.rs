@@ -50,7 +50,7 @@
 //!
 //! Synced limits are soft: between syncs a node does not see what the
 //! others admit. Let `I` be the sync interval, `δ` the longest sync round
-//! trip (at most the [timeout](SyncedBuilder::timeout)), and `a_i(x)` the
+//! trip (at most the [timeout](SyncedLimiterBuilder::timeout)), and `a_i(x)` the
 //! most node `i` admits for a key during any span of length `x`. While every
 //! sync succeeds on schedule:
 //!
@@ -102,10 +102,10 @@
 //!
 //! # Redis unreachable
 //!
-//! Every call has a [timeout](SyncedBuilder::timeout). When a sync fails,
+//! Every call has a [timeout](SyncedLimiterBuilder::timeout). When a sync fails,
 //! the taken deltas go back into the keys' pending units (deltas of windows
 //! that no decision can see any more are dropped), decisions go on locally,
-//! and with an [outage share](SyncedBuilder::outage_share) below 1 each key
+//! and with an [outage share](SyncedLimiterBuilder::outage_share) below 1 each key
 //! whose node failed is also held to that share of its quota by a local
 //! limiter until a sync of that node succeeds (with `N` nodes, `1 / N` keeps
 //! the global rate near the limit). On a Cluster this is tracked per slot
@@ -439,7 +439,7 @@ struct Inner<A: SyncAlgorithm, C: Clock> {
 
 /// Builds a [`SyncedLimiter`]; from [`SyncedLimiter::builder`].
 #[must_use]
-pub struct SyncedBuilder<A, C> {
+pub struct SyncedLimiterBuilder<A, C> {
     quota: Quota,
     target: Option<Target>,
     prefix: String,
@@ -451,9 +451,9 @@ pub struct SyncedBuilder<A, C> {
     marker: PhantomData<fn() -> A>,
 }
 
-impl<A, C> fmt::Debug for SyncedBuilder<A, C> {
+impl<A, C> fmt::Debug for SyncedLimiterBuilder<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SyncedBuilder")
+        f.debug_struct("SyncedLimiterBuilder")
             .field("quota", &self.quota)
             .field("target", &self.target)
             .field("prefix", &self.prefix)
@@ -467,9 +467,9 @@ impl<A, C> fmt::Debug for SyncedBuilder<A, C> {
 
 impl<A: SyncAlgorithm> SyncedLimiter<A, WallClock> {
     /// A builder for `quota` per key. Name the server with
-    /// [`url`](SyncedBuilder::url) or [`cluster`](SyncedBuilder::cluster).
-    pub fn builder(quota: Quota) -> SyncedBuilder<A, WallClock> {
-        SyncedBuilder {
+    /// [`url`](SyncedLimiterBuilder::url) or [`cluster`](SyncedLimiterBuilder::cluster).
+    pub fn builder(quota: Quota) -> SyncedLimiterBuilder<A, WallClock> {
+        SyncedLimiterBuilder {
             quota,
             target: None,
             prefix: "rategate".to_owned(),
@@ -483,7 +483,7 @@ impl<A: SyncAlgorithm> SyncedLimiter<A, WallClock> {
     }
 }
 
-impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
+impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
     /// A single Redis server, as `redis://host:port/db`.
     pub fn url(mut self, url: &str) -> Self {
         self.target = Some(Target::Url(url.to_owned()));
@@ -508,8 +508,8 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
 
     /// Reads time from `clock` (default [`WallClock`]). Every node must use
     /// clocks with the same origin.
-    pub fn clock<C2: Clock>(self, clock: C2) -> SyncedBuilder<A, C2> {
-        SyncedBuilder {
+    pub fn clock<C2: Clock>(self, clock: C2) -> SyncedLimiterBuilder<A, C2> {
+        SyncedLimiterBuilder {
             quota: self.quota,
             target: self.target,
             prefix: self.prefix,
@@ -526,7 +526,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
     /// and says nothing once a node can admit a whole period's limit before
     /// it hears from the others: the background task refuses an interval
     /// above half the quota's period ([`RedisError::Config`] from
-    /// [`build`](SyncedBuilder::build) or [`start`](SyncedLimiter::start)).
+    /// [`build`](SyncedLimiterBuilder::build) or [`start`](SyncedLimiter::start)).
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
@@ -551,7 +551,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedBuilder<A, C> {
         self
     }
 
-    /// Whether [`build`](SyncedBuilder::build) starts the background sync
+    /// Whether [`build`](SyncedLimiterBuilder::build) starts the background sync
     /// task (default true). Without it, sync with
     /// [`sync_now`](SyncedLimiter::sync_now) or start the task later with
     /// [`start`](SyncedLimiter::start).
@@ -679,7 +679,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
     /// # Errors
     ///
     /// [`RedisError::Config`] outside a tokio runtime, or with an interval
-    /// above half the quota's period (see [`SyncedBuilder::interval`]).
+    /// above half the quota's period (see [`SyncedLimiterBuilder::interval`]).
     pub fn start(&self) -> Result<(), RedisError> {
         let inner = Arc::clone(&self.handle.inner);
         if inner.interval.saturating_mul(2) > inner.quota.period() {

@@ -393,7 +393,7 @@ impl PolicyLimiter {
 
     /// The quota `key` is checked under now: its tier's (an override, else
     /// the resolver's answer; the default tier for an id beyond the last).
-    pub fn quota_of(&self, key: &str) -> Quota {
+    pub fn quota_for(&self, key: &str) -> Quota {
         let tier = match &self.backends {
             TierLimiters::Memory(t) => t.tier_of(key),
             #[cfg(feature = "redis")]
