@@ -72,7 +72,9 @@ impl StateId {
         }
     }
 
-    /// The address of the limiter that holds the state.
+    /// The address of the limiter that holds the state (a policy's check
+    /// finds the tier its peek chose by it).
+    #[cfg(all(feature = "http", feature = "serde"))]
     pub(crate) fn owner(&self) -> usize {
         self.owner
     }
