@@ -101,6 +101,51 @@ enum Lazy {
 }
 
 impl Decision {
+    /// An admitted request, as a limit of your own decides it (a
+    /// [`Limit`](crate::policy::Limit) or an HTTP backend): at most `limit`
+    /// requests pass at once, `remaining` (at most `limit`) could pass
+    /// right after this one, and the limit is full again after
+    /// `reset_after`.
+    ///
+    /// ```
+    /// use rategate::Decision;
+    /// use std::time::Duration;
+    ///
+    /// let d = Decision::allowed(10, 7, Duration::from_secs(3));
+    /// assert!(d.is_allowed());
+    /// assert_eq!((d.limit(), d.remaining(), d.reset_after_secs()), (10, 7, 3));
+    /// ```
+    pub fn allowed(limit: u32, remaining: u32, reset_after: Duration) -> Decision {
+        let nanos = crate::clock::duration_to_nanos(reset_after);
+        Decision::allow(limit, remaining.min(limit), nanos)
+    }
+
+    /// A refused request, as a limit of your own decides it: as
+    /// [`allowed`](Decision::allowed), and a retry of the same cost passes
+    /// after `retry_after` (`Retry-After`).
+    ///
+    /// ```
+    /// use rategate::Decision;
+    /// use std::time::Duration;
+    ///
+    /// let d = Decision::denied(10, 0, Duration::from_secs(60), Duration::from_millis(1500));
+    /// assert!(!d.is_allowed());
+    /// assert_eq!(d.retry_after_secs(), 2);
+    /// ```
+    pub fn denied(
+        limit: u32,
+        remaining: u32,
+        reset_after: Duration,
+        retry_after: Duration,
+    ) -> Decision {
+        Decision::deny(
+            limit,
+            remaining.min(limit),
+            crate::clock::duration_to_nanos(reset_after),
+            crate::clock::duration_to_nanos(retry_after),
+        )
+    }
+
     /// An admitted request.
     #[inline]
     pub(crate) fn allow(limit: u32, remaining: u32, reset_after: u64) -> Decision {

@@ -11,7 +11,9 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
 /// One limit a request can be checked against: a [`RateLimiter`], one key
-/// of a [`KeyedRateLimiter`] ([`KeyedLimit`]), or a type of your own.
+/// of a [`KeyedRateLimiter`] ([`KeyedLimit`]), or a type of your own,
+/// which implements `check_n`, `peek_n` and `quota` and makes its
+/// decisions with [`Decision::allowed`] and [`Decision::denied`].
 ///
 /// An [`AllOf`] is not a `Limit`: list an inner set's members in the outer
 /// one instead of nesting it.
