@@ -55,6 +55,12 @@ pub enum QuotaError {
         /// The number of shards.
         shards: u64,
     },
+    /// A limiter of [`AnyAlgorithm`](crate::AnyAlgorithm) was built from a
+    /// quota alone, which names no algorithm: build it with
+    /// [`RateLimiter::from_algorithm`](crate::RateLimiter::from_algorithm)
+    /// or [`KeyedRateLimiterBuilder::build_with`](crate::KeyedRateLimiterBuilder::build_with)
+    /// and an [`AnyAlgorithm::from_name`](crate::AnyAlgorithm::from_name).
+    AlgorithmNotChosen,
     /// A keyed limiter's map cannot have this many shards.
     TooManyShards {
         /// The shard count asked for.
@@ -111,6 +117,10 @@ impl fmt::Display for QuotaError {
             QuotaError::LimitBelowShards { limit, shards } => write!(
                 f,
                 "a limit or burst of {limit} cannot be split over {shards} shards (each needs at least 1)"
+            ),
+            QuotaError::AlgorithmNotChosen => f.write_str(
+                "a quota alone names no algorithm: build an AnyAlgorithm limiter with \
+                 RateLimiter::from_algorithm or KeyedRateLimiterBuilder::build_with",
             ),
             QuotaError::TooManyShards { shards, max } => write!(
                 f,

@@ -220,10 +220,19 @@ fn from_name_names_the_bad_value_or_the_algorithm_refusing_the_quota() {
     ));
     assert!(err.to_string().starts_with("leaky_bucket: "), "{err}");
     assert!(AnyAlgorithm::from_name("token_bucket", &slow).is_ok());
-    // The trait's constructor cannot name an algorithm: the token bucket.
+    // The trait's constructor cannot name an algorithm: no silent default,
+    // whichever way the limiter is built from a quota alone.
     assert_eq!(
-        AnyAlgorithm::from_quota(&q).unwrap().kind(),
-        AlgorithmKind::TokenBucket
+        AnyAlgorithm::from_quota(&q).unwrap_err(),
+        QuotaError::AlgorithmNotChosen
+    );
+    assert_eq!(
+        rategate::RateLimiter::<AnyAlgorithm>::new(q).unwrap_err(),
+        QuotaError::AlgorithmNotChosen
+    );
+    assert_eq!(
+        KeyedRateLimiter::<String, AnyAlgorithm>::new(q).unwrap_err(),
+        QuotaError::AlgorithmNotChosen
     );
 }
 

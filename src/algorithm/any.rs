@@ -201,7 +201,7 @@ impl From<UnknownAlgorithm> for AlgorithmError {
 /// type. Build the limiters with
 /// [`RateLimiter::from_algorithm`](crate::RateLimiter::from_algorithm) and
 /// [`KeyedRateLimiterBuilder::build_with`](crate::KeyedRateLimiterBuilder::build_with);
-/// [`Algorithm::from_quota`] alone gives the token bucket.
+/// [`Algorithm::from_quota`] alone is [`QuotaError::AlgorithmNotChosen`].
 ///
 /// Per-key state ([`AnyState`]) is one word for the four one-word
 /// algorithms (16 bytes with the tag) and a boxed log for the sliding
@@ -286,7 +286,7 @@ impl AnyAlgorithm {
     }
 
     /// The same algorithm for another quota (what a runtime quota change
-    /// must use: [`Algorithm::from_quota`] would give the token bucket).
+    /// must use: [`Algorithm::from_quota`] names no algorithm).
     ///
     /// # Errors
     ///
@@ -336,11 +336,11 @@ fn mismatched(capacity: u32) -> Result<Decision, CheckError> {
 impl Algorithm for AnyAlgorithm {
     type State = AnyState;
 
-    /// The token bucket for `quota`: the trait cannot say which algorithm,
-    /// so choose one with [`AnyAlgorithm::new`] or
-    /// [`AnyAlgorithm::from_name`].
-    fn from_quota(quota: &Quota) -> Result<Self, QuotaError> {
-        AnyAlgorithm::new(AlgorithmKind::TokenBucket, quota)
+    /// [`QuotaError::AlgorithmNotChosen`]: a quota names no algorithm, and
+    /// a silent default would run one nobody chose. Choose one with
+    /// [`AnyAlgorithm::new`] or [`AnyAlgorithm::from_name`].
+    fn from_quota(_quota: &Quota) -> Result<Self, QuotaError> {
+        Err(QuotaError::AlgorithmNotChosen)
     }
 
     fn new_state(&self) -> AnyState {
