@@ -365,7 +365,11 @@ impl fmt::Debug for AllOf {
 /// `OutboundLimiter::new(limiter)`.
 impl<L: Limit + 'static> From<L> for AllOf {
     fn from(limit: L) -> AllOf {
-        AllOf::new([Arc::new(limit) as Arc<dyn Limit>])
+        // Through std's `Arc`, which can unsize (loom's, under loom, cannot).
+        let limit = std::sync::Arc::new(limit) as std::sync::Arc<dyn Limit>;
+        #[cfg(rategate_loom)]
+        let limit = Arc::from_std(limit);
+        AllOf::new([limit])
     }
 }
 
