@@ -137,7 +137,27 @@ pub(crate) fn mask_of(lock_id: u64) -> u64 {
 /// Runs `f` holding the stripes in `mask`, taken in ascending order in
 /// every `AllOf` (so no lock cycle is possible), each guard on its own
 /// stack frame: nothing is allocated.
+///
+/// Code of the application's own runs while a decision holds its stripes
+/// (a `Limit` or `Backend` of its own, a key resolver, a clock). If it
+/// takes stripes itself (`set_quota`, `reset`, another `AllOf`), waiting
+/// would deadlock: on its own stripes, or on a lower one held by a thread
+/// that waits for one of them. So a thread that already holds stripes
+/// only tries the others, and runs `f` without those it could not get:
+/// a change made from inside a decision does not wait for the decisions
+/// of other threads.
 pub(crate) fn with_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
+    let held = held::get();
+    if held != 0 {
+        return try_stripes(mask & !held, f);
+    }
+    lock_stripes(mask, || {
+        let _held = held::Mark::set(mask);
+        f()
+    })
+}
+
+fn lock_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
     let _guard = (mask != 0).then(|| stripe_lock(mask.trailing_zeros() as usize).lock());
     let rest = mask & mask.wrapping_sub(1);
     // The last stripe runs `f` itself, one frame fewer (most `AllOf`s on
@@ -146,7 +166,73 @@ pub(crate) fn with_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
     if rest == 0 {
         f()
     } else {
-        with_stripes(rest, f)
+        lock_stripes(rest, f)
+    }
+}
+
+/// The stripes in `mask` that are free now, taken without waiting, then
+/// `f` (see [`with_stripes`]).
+#[cold]
+fn try_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
+    let mut guards = Vec::new();
+    let mut taken = 0;
+    let mut rest = mask;
+    while rest != 0 {
+        let stripe = rest.trailing_zeros() as usize;
+        if let Some(guard) = stripe_lock(stripe).try_lock() {
+            guards.push(guard);
+            taken |= 1 << stripe;
+        }
+        rest &= rest - 1;
+    }
+    let _held = held::Mark::set(held::get() | taken);
+    f()
+}
+
+/// Which stripes this thread holds.
+#[cfg(not(rategate_loom))]
+mod held {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static HELD: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(super) fn get() -> u64 {
+        HELD.with(Cell::get)
+    }
+
+    /// Records a mask until dropped (a panic included), then restores the
+    /// one before.
+    pub(super) struct Mark(u64);
+
+    impl Mark {
+        pub(super) fn set(mask: u64) -> Mark {
+            Mark(HELD.with(|held| held.replace(mask)))
+        }
+    }
+
+    impl Drop for Mark {
+        fn drop(&mut self) {
+            HELD.with(|held| held.set(self.0));
+        }
+    }
+}
+
+/// Under loom, model threads share an OS thread: no record, and the models
+/// take no stripe from inside a decision.
+#[cfg(rategate_loom)]
+mod held {
+    pub(super) fn get() -> u64 {
+        0
+    }
+
+    pub(super) struct Mark;
+
+    impl Mark {
+        pub(super) fn set(_mask: u64) -> Mark {
+            Mark
+        }
     }
 }
 

@@ -158,6 +158,10 @@ pub(crate) enum Verdict {
     Pending(Box<Pending>),
     /// A rule is charged by the handler: nothing is decided yet.
     Deferred(Box<Deferred>),
+    /// A rule is charged by the handler, and the client's budget cannot
+    /// take the least the request will cost: refused at the door, or in
+    /// shadow mode deferred as usual.
+    Door(Box<Report>, Box<Deferred>),
 }
 
 /// A request whose charge is left to its handler ([`super::Charge`]):
@@ -252,16 +256,18 @@ fn decide_class(
             .iter()
             .zip(&applying)
             .map(|(&(_, cost), &(_, rule))| (rule, cost.unwrap_or(1)));
-        match decide_rules(class, least, key.as_str(), true, false) {
-            Verdict::Decided(report) if !report.allowed => return Verdict::Decided(report),
-            too_high @ Verdict::CostTooHigh { .. } => return too_high,
-            _ => {}
-        }
-        return Verdict::Deferred(Box::new(Deferred {
+        let deferred = Box::new(Deferred {
             class: at,
             key: key.into_owned(),
-            rules: rules.into_iter().collect(),
-        }));
+            rules: rules.iter().copied().collect(),
+        });
+        // A cost no limit can hold is the handler's charge to refuse; a
+        // denial here is the layer's to answer (or, in shadow mode, to
+        // serve with the `Charge` the handler expects).
+        return match decide_rules(class, least, deferred.key.as_str(), true, false) {
+            Verdict::Decided(report) if !report.allowed => Verdict::Door(report, deferred),
+            _ => Verdict::Deferred(deferred),
+        };
     }
     let rules = applying
         .iter()

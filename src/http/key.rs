@@ -4,9 +4,7 @@ use super::client_ip::ClientIp;
 use crate::sync::Arc;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::net::{Ipv4Addr, SocketAddr};
 
 /// Why no key could be taken from a request.
@@ -56,9 +54,9 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 
 /// The longest bearer token taken as a key by default (a JWT is often
 /// 500 to 2,000 bytes). A token longer than [`DEFAULT_MAX_KEY_LEN`] is
-/// checked whole by [`KeyExtractor::validate`], then kept as a 128-bit
-/// digest (keyed by random numbers of the extractor's own), so a keyed
-/// limiter holds at most `DEFAULT_MAX_KEY_LEN` bytes per key.
+/// checked whole by [`KeyExtractor::validate`], then kept as `#` and 128
+/// bits of its SHA-256, the same in every process, so a keyed limiter
+/// holds at most `DEFAULT_MAX_KEY_LEN` bytes per key.
 pub const DEFAULT_MAX_TOKEN_LEN: usize = 4096;
 
 type KeyFn = dyn Fn(&Parts) -> Result<String, KeyError> + Send + Sync;
@@ -112,8 +110,6 @@ pub struct KeyExtractor {
     known: Option<Arc<KnownFn>>,
     /// An unknown key is answered 401 rather than left to the next class.
     reject_unknown: bool,
-    /// The keys of the digest of a key longer than [`DEFAULT_MAX_KEY_LEN`].
-    digest: [RandomState; 2],
 }
 
 #[derive(Clone)]
@@ -153,21 +149,29 @@ impl KeyExtractor {
             kind,
             known: None,
             reject_unknown: false,
-            digest: [RandomState::new(), RandomState::new()],
         }
     }
 
     /// A key of at most [`DEFAULT_MAX_KEY_LEN`] bytes: `key` itself, or
-    /// for a longer one `#` and its 128-bit digest in hex (SipHash under
-    /// two random keys of this extractor's: no client can aim a token at
-    /// another's digest).
+    /// for a longer one (and for one that starts with `#`, the digests'
+    /// mark, so that no plain key spells a digest) `#` and the first 128
+    /// bits of its SHA-256 in hex: one key in every extractor, process and
+    /// replica, and no client can make a token of its own land on
+    /// another's.
     fn stored<'a>(&self, key: Key<'a>) -> Key<'a> {
-        if key.as_str().len() <= DEFAULT_MAX_KEY_LEN {
+        let text = key.as_str();
+        if text.len() <= DEFAULT_MAX_KEY_LEN && !text.starts_with('#') {
             return key;
         }
-        let [a, b] = &self.digest;
-        let (high, low) = (a.hash_one(key.as_str()), b.hash_one(key.as_str()));
-        Key::Owned(format!("#{high:016x}{low:016x}"))
+        use sha2::Digest;
+        use std::fmt::Write;
+        let digest = sha2::Sha256::digest(text.as_bytes());
+        let mut out = String::with_capacity(33);
+        out.push('#');
+        for byte in &digest[..16] {
+            let _ = write!(out, "{byte:02x}");
+        }
+        Key::Owned(out)
     }
 
     /// Takes only keys `known` accepts (an API key or token the

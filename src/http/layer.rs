@@ -144,7 +144,11 @@ impl Config {
                 Counters::bump(&c.shadow_limited);
                 Settled::Serve(Some(report))
             }
-            Verdict::Decided(report) => {
+            Verdict::Door(report, deferred) if self.shadow || report.shadow => {
+                Counters::bump(&c.shadow_limited);
+                Settled::Defer(deferred)
+            }
+            Verdict::Door(report, _) | Verdict::Decided(report) => {
                 Counters::bump(&c.limited);
                 let binding = report.binding();
                 let mut response = self.respond(&Rejection::Limited {

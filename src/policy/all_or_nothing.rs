@@ -31,7 +31,14 @@
 //! and its check, the decision's earlier members have been charged for a
 //! request that is then refused. A limit of the application's own that
 //! panics in its check leaves the members checked before it charged (the
-//! stripes are released as the panic unwinds).
+//! stripes are released as the panic unwinds). Such code runs while the
+//! decision holds its stripes: a `set_quota`, a `reset` or another `AllOf`
+//! it makes takes only the stripes that are free (waiting could deadlock),
+//! so it does not wait for other threads' decisions. A limit of your own
+//! that wraps another limit decides on a state of its own: listed beside
+//! the limit it wraps, the two are not told to be one state. A refused
+//! request may leave the keys it reserved in their maps (they hold full
+//! budgets, and are swept when idle).
 
 use crate::stripes::{mask_of, with_stripes};
 use crate::{CheckError, Decision};
