@@ -173,6 +173,7 @@ fn the_binary_writes_the_report_and_its_summary_holds_the_headlines() {
         "three_servers",
         "counter_vs_log",
         "vendor_quotas",
+        "outbound_adaptation",
     ] {
         let svg = std::fs::read_to_string(dir.join(format!("{id}.svg"))).unwrap();
         assert!(
@@ -181,7 +182,7 @@ fn the_binary_writes_the_report_and_its_summary_holds_the_headlines() {
         );
     }
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("<svg").count(), 6);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     let rows = &summary["scenarios"][0]["summary"]["rows"];
@@ -203,6 +204,6 @@ fn the_binary_writes_the_report_and_its_summary_holds_the_headlines() {
     // The library's writer gives the same files.
     let dir2 = std::env::temp_dir().join(format!("rategate-sim-lib-{}", std::process::id()));
     let files = write_report(&simulate(SEED).unwrap(), &dir2).unwrap();
-    assert_eq!(files.len(), 7);
+    assert_eq!(files.len(), 8);
     std::fs::remove_dir_all(&dir2).unwrap();
 }

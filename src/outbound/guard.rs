@@ -69,6 +69,10 @@ pub struct OutboundLimiter<C: Clock = QuantaClock> {
     /// Current pacing gap in ns per unit of cost (0: none), published by
     /// `observe` from the throttle.
     gap: AtomicU64,
+    /// The gap that spreads what the upstream reports remaining, until its
+    /// reset (guard clock, ns).
+    remaining_gap: AtomicU64,
+    remaining_until: AtomicU64,
     /// Earliest time the next paced admission may go. Written only by the
     /// queue's head (the fast path is off while pacing), so a plain
     /// load/store is enough.
@@ -205,7 +209,9 @@ impl<C: Clock> OutboundLimiter<C> {
             max_pause: 3600 * 1_000_000_000,
             fallback_pause: 1_000_000_000,
             pause_until: AtomicU64::new(0),
-            gap: AtomicU64::new(0),
+            gap: AtomicU64::new(base_gap),
+            remaining_gap: AtomicU64::new(0),
+            remaining_until: AtomicU64::new(0),
             next_free: AtomicU64::new(0),
             throttle: Mutex::new(Throttle::new(Adaptation::default(), base_gap)),
             checks: AtomicU64::new(0),
@@ -242,8 +248,26 @@ impl<C: Clock> OutboundLimiter<C> {
     pub fn with_adaptation(self, adaptation: Adaptation) -> Self {
         {
             let mut throttle = self.throttle.lock();
+            let bursts = throttle.bursts();
             *throttle = Throttle::new(adaptation, throttle.base_gap_nanos());
+            throttle.set_bursts(bursts);
         }
+        self
+    }
+
+    /// Lets the limits' burst go at once while the upstream raises no
+    /// objection (default: requests are spread evenly at the configured
+    /// rate, which an upstream's fixed or sliding window takes without a
+    /// 429 at its edges).
+    #[must_use]
+    pub fn with_bursts(self, bursts: bool) -> Self {
+        let gap = {
+            let mut throttle = self.throttle.lock();
+            throttle.set_bursts(bursts);
+            throttle.steady_gap()
+        };
+        // Relaxed: not yet shared.
+        self.gap.store(gap.min(self.max_pause), Ordering::Relaxed);
         self
     }
 
@@ -270,15 +294,22 @@ impl<C: Clock> OutboundLimiter<C> {
         }
     }
 
-    /// Applies what a response said: pause, slow down, or recover.
+    /// Applies what a response said: pause, slow down, or recover. Observe
+    /// the response of every admitted request (429s and successes alike):
+    /// the guard counts those still in flight when it spreads what an
+    /// upstream reports remaining.
     pub fn observe(&self, signal: &UpstreamSignal) {
         let now = self.clock.now();
         let mut pause = None;
-        let gap = {
+        let (steady, (remaining_gap, remaining_until)) = {
             let mut throttle = self.throttle.lock();
+            let in_flight = throttle.on_response(self.admitted.load(Ordering::Relaxed), now);
             if signal.is_limited() {
                 self.limited.fetch_add(1, Ordering::Relaxed);
-                throttle.on_limited(now);
+                // A 503 is an outage, not a limit: it pauses only.
+                if signal.status() == 429 {
+                    throttle.on_limited(now);
+                }
                 pause = Some(
                     signal
                         .retry_after()
@@ -286,21 +317,32 @@ impl<C: Clock> OutboundLimiter<C> {
                         .map_or(self.fallback_pause, duration_to_nanos),
                 );
             } else {
-                throttle.on_success(now);
-                if signal.remaining() == Some(0) {
+                throttle.on_accepted(now);
+                if let (Some(remaining), Some(reset)) = (signal.remaining(), signal.reset_after()) {
+                    let reset = duration_to_nanos(reset).min(self.max_pause);
+                    let left = remaining.saturating_sub(in_flight);
+                    if throttle.on_remaining(left, reset, now) {
+                        pause = Some(reset);
+                    }
+                } else if signal.remaining() == Some(0) {
                     pause = signal.reset_after().map(duration_to_nanos);
                 }
             }
             if let Some((quota, window)) = signal.policy() {
                 throttle.on_policy(quota, window);
             }
-            // A pacing gap is a pause between two requests: capped as
-            // every pause is, whatever window a policy advertises.
-            throttle.gap().min(self.max_pause)
+            (throttle.steady_gap(), throttle.remaining_gap())
         };
-        // Relaxed: a pacing parameter; a head that reads the previous value
+        // A pacing gap is a pause between two requests: capped as every
+        // pause is, whatever window a policy advertises.
+        // Relaxed: pacing parameters; a head that reads a previous value
         // paces one request by it.
-        self.gap.store(gap, Ordering::Relaxed);
+        self.gap
+            .store(steady.min(self.max_pause), Ordering::Relaxed);
+        self.remaining_gap
+            .store(remaining_gap.min(self.max_pause), Ordering::Relaxed);
+        self.remaining_until
+            .store(remaining_until, Ordering::Relaxed);
         if let Some(pause) = pause {
             let until = now.saturating_add(pause.min(self.max_pause));
             // Release/Acquire with the admission's load: an admission that
@@ -434,6 +476,17 @@ impl<C: Clock> OutboundLimiter<C> {
 }
 
 impl<C: Clock> OutboundLimiter<C> {
+    /// The pacing gap at `now` (ns per unit of cost; 0: none).
+    fn gap_at(&self, now: u64) -> u64 {
+        // Relaxed: pacing parameters (see `observe`).
+        let steady = self.gap.load(Ordering::Relaxed);
+        if now < self.remaining_until.load(Ordering::Relaxed) {
+            steady.max(self.remaining_gap.load(Ordering::Relaxed))
+        } else {
+            steady
+        }
+    }
+
     /// The pause or pacing wait at `now`, if any.
     fn held(&self, now: u64) -> Option<u64> {
         let until = self.pause_until.load(Ordering::Acquire);
@@ -441,7 +494,7 @@ impl<C: Clock> OutboundLimiter<C> {
             return Some(until - now);
         }
         let next = self.next_free.load(Ordering::Relaxed);
-        if self.gap.load(Ordering::Relaxed) > 0 && now < next {
+        if self.gap_at(now) > 0 && now < next {
             return Some(next - now);
         }
         None
@@ -459,7 +512,7 @@ impl<C: Clock> OutboundLimiter<C> {
         let step = step_of(self.limits.check_n(cost)?)?;
         if let Step::Pass(_) = step {
             self.admitted.fetch_add(1, Ordering::Relaxed);
-            let gap = self.gap.load(Ordering::Relaxed);
+            let gap = self.gap_at(now);
             if gap > 0 {
                 // Keep the schedule rather than restart it from `now`: a
                 // wake-up that is late by tokio's timer resolution (it
@@ -491,7 +544,7 @@ impl<C: Clock> Gate for OutboundLimiter<C> {
     fn fast_path(&self) -> bool {
         // While pacing, only the head may admit, so `next_free` has a single
         // writer. Paused: the head waits the pause out; newcomers queue.
-        self.gap.load(Ordering::Relaxed) == 0
-            && self.pause_until.load(Ordering::Acquire) <= self.clock.now()
+        let now = self.clock.now();
+        self.gap_at(now) == 0 && self.pause_until.load(Ordering::Acquire) <= now
     }
 }

@@ -11,7 +11,8 @@
 //!   [`burst_vs_smoothing`](scenarios::burst_vs_smoothing),
 //!   [`three_servers`](scenarios::three_servers),
 //!   [`counter_vs_log`](scenarios::counter_vs_log),
-//!   [`vendor_quotas`](scenarios::vendor_quotas); [`simulate`] runs them all
+//!   [`vendor_quotas`](scenarios::vendor_quotas),
+//!   [`outbound_adaptation`](scenarios::outbound_adaptation); [`simulate`] runs them all
 //!   and [`write_report`] writes the SVGs, `summary.json` and a
 //!   self-contained `index.html`.
 //! * [`replay`]: a user's traffic (CSV of time, key, cost, or nginx's

@@ -26,6 +26,7 @@ pub fn simulate(seed: u64) -> Result<Simulation, SimError> {
             scenarios::three_servers(seed)?.erase()?,
             scenarios::counter_vs_log(seed)?.erase()?,
             scenarios::vendor_quotas(seed)?.erase()?,
+            scenarios::outbound_adaptation(seed)?.erase()?,
         ],
     })
 }

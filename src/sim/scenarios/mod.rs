@@ -4,12 +4,14 @@
 
 mod boundary;
 mod counter_vs_log;
+mod outbound;
 mod servers;
 mod smoothing;
 mod vendor;
 
 pub use boundary::{BoundaryBurst, BoundaryRow, boundary_burst};
 pub use counter_vs_log::{CounterVsLog, counter_vs_log};
+pub use outbound::{OutboundAdaptation, OutboundRow, outbound_adaptation};
 pub use servers::{ServerMode, ServerRow, ThreeServers, three_servers};
 pub use smoothing::{Smoothing, SmoothingRow, burst_vs_smoothing};
 pub use vendor::{GraphqlRow, QuotaRow, VendorQuotas, vendor_quotas};
