@@ -3,13 +3,14 @@
 //! loopback port that enforces its own limit with 429 + `Retry-After`, and
 //! halves that limit mid-run.
 //!
-//! Two runs: an upstream that only sends `Retry-After` (Stripe's style; the
-//! guard must find the new rate by AIMD), and one that also advertises its
-//! policy in the IETF `RateLimit-Policy` field (the guard adopts it).
+//! Three runs: an upstream that only sends `Retry-After` (Stripe's style;
+//! the guard must find the new rate from what the upstream accepts), one
+//! that also advertises its policy in the IETF `RateLimit-Policy` field
+//! (the guard adopts it), and one that only ever takes 80% of the promised
+//! rate and only sends `Retry-After`.
 //!
 //! `cargo run --release --example outbound --features tokio`
 
-use rategate::policy::{AllOf, Limit};
 use rategate::{OutboundLimiter, Quota, RateLimiter, TokenBucket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -115,14 +116,32 @@ async fn call(addr: std::net::SocketAddr) -> std::io::Result<(u16, Vec<(String, 
     Ok((status, headers))
 }
 
-async fn run(advertise_policy: bool) {
+/// What the upstream does.
+#[derive(Clone, Copy)]
+struct Setup {
+    /// Its real rate, per second.
+    rate: u32,
+    /// Whether it halves that rate after the first phase.
+    halves: bool,
+    advertise_policy: bool,
+    /// The two phases' lengths.
+    phases: (Duration, Duration),
+}
+
+async fn run(setup: Setup) {
+    let Setup {
+        rate,
+        halves,
+        advertise_policy,
+        phases: (phase_one, phase_two),
+    } = setup;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let start = Instant::now();
     let upstream = Arc::new(Upstream {
-        limiter: Mutex::new(bucket(LIMIT)),
+        limiter: Mutex::new(bucket(rate)),
         advertise_policy,
-        rate: AtomicU64::new(LIMIT.into()),
+        rate: AtomicU64::new(rate.into()),
         ok: AtomicU64::new(0),
         limited: AtomicU64::new(0),
         log: Mutex::new(Vec::new()),
@@ -130,12 +149,10 @@ async fn run(advertise_policy: bool) {
     });
     let server = tokio::spawn(serve(listener, Arc::clone(&upstream)));
 
-    // The guard, set at the upstream's published limit (burst 10).
-    let own = Arc::new(
-        RateLimiter::<TokenBucket>::new(Quota::per_second(LIMIT).unwrap().burst(10).unwrap())
-            .unwrap(),
-    );
-    let guard = Arc::new(OutboundLimiter::new(AllOf::new([own as Arc<dyn Limit>])));
+    // The guard, set at the upstream's published limit; it spreads its
+    // calls evenly at that rate.
+    let own = RateLimiter::<TokenBucket>::new(Quota::per_second(LIMIT).unwrap()).unwrap();
+    let guard = Arc::new(OutboundLimiter::new(own));
 
     let stop = Arc::new(AtomicBool::new(false));
     let arrivals = Arc::new(AtomicU64::new(0));
@@ -167,17 +184,19 @@ async fn run(advertise_policy: bool) {
         })
         .collect();
 
-    tokio::time::sleep(PHASE_ONE).await;
-    upstream.halve();
+    tokio::time::sleep(phase_one).await;
+    if halves {
+        upstream.halve();
+    }
     let halved_at = start.elapsed().as_secs_f64();
-    tokio::time::sleep(PHASE_TWO).await;
+    tokio::time::sleep(phase_two).await;
     stop.store(true, Ordering::Relaxed);
     for t in &tasks {
         t.abort();
     }
     server.abort();
 
-    let end = halved_at + PHASE_TWO.as_secs_f64();
+    let end = halved_at + phase_two.as_secs_f64();
     let log: Vec<_> = upstream
         .log
         .lock()
@@ -203,36 +222,53 @@ async fn run(advertise_policy: bool) {
     let (rate_tail, limited_tail) = phase(end - 2.0, end);
     let stats = guard.stats();
     let sent = log.len() as u64;
+    let later = f64::from(if halves { rate / 2 } else { rate });
     println!(
-        "upstream {}: {TASKS} tasks, guard at {LIMIT}/s (burst 10), upstream {LIMIT}/s (burst 20) halved to {}/s at {halved_at:.1} s",
-        if advertise_policy {
-            "sends Retry-After and RateLimit-Policy"
+        "upstream at {rate}/s (burst 20){}, sends {}: {TASKS} tasks, guard at {LIMIT}/s",
+        if halves {
+            format!(", halved to {}/s at {halved_at:.1} s", rate / 2)
         } else {
-            "sends Retry-After only"
+            String::new()
         },
-        LIMIT / 2
+        if advertise_policy {
+            "Retry-After and RateLimit-Policy"
+        } else {
+            "Retry-After only"
+        },
     );
     println!("  requests sent                  {sent}");
+    let first_phase = format!("first {} s", phase_one.as_secs());
+    let second_phase = if halves {
+        "after halving".to_string()
+    } else {
+        format!("after {} s", phase_one.as_secs())
+    };
     println!(
-        "  upstream 429s                  {} (before halving {limited_one}, after {limited_two})",
+        "  upstream 429s                  {} ({first_phase} {limited_one}, {second_phase} {limited_two})",
         limited_one + limited_two
     );
     println!(
-        "  throughput before halving      {rate_one:.1}/s = {:.1}% of {LIMIT}/s",
-        100.0 * rate_one / f64::from(LIMIT)
+        "  throughput, {first_phase:13}      {rate_one:.1}/s = {:.1}% of {rate}/s",
+        100.0 * rate_one / f64::from(rate)
+    );
+    if halves {
+        println!(
+            "  last 429 after halving         {}",
+            if limited_two == 0 {
+                "none".to_string()
+            } else {
+                format!("{:.2} s after it", last_429 - halved_at)
+            }
+        );
+    }
+    let (rate_late, limited_late) = phase(halved_at, end);
+    println!(
+        "  throughput, {second_phase:13}      {rate_late:.1}/s = {:.1}% of {later}/s ({limited_late} 429s)",
+        100.0 * rate_late / later
     );
     println!(
-        "  last 429 after halving         {}",
-        if limited_two == 0 {
-            "none".to_string()
-        } else {
-            format!("{:.2} s after it", last_429 - halved_at)
-        }
-    );
-    println!(
-        "  throughput, last 2 s           {rate_tail:.1}/s = {:.1}% of {}/s ({limited_tail} 429s)",
-        100.0 * rate_tail / f64::from(LIMIT / 2),
-        LIMIT / 2
+        "  throughput, last 2 s           {rate_tail:.1}/s = {:.1}% of {later}/s ({limited_tail} 429s)",
+        100.0 * rate_tail / later
     );
     println!(
         "  limiter checks per sent request {:.2}",
@@ -250,7 +286,25 @@ async fn run(advertise_policy: bool) {
 
 #[tokio::main]
 async fn main() {
-    run(false).await;
+    let halving = Setup {
+        rate: LIMIT,
+        halves: true,
+        advertise_policy: false,
+        phases: (PHASE_ONE, PHASE_TWO),
+    };
+    run(halving).await;
     println!();
-    run(true).await;
+    run(Setup {
+        advertise_policy: true,
+        ..halving
+    })
+    .await;
+    println!();
+    run(Setup {
+        rate: LIMIT * 8 / 10,
+        halves: false,
+        advertise_policy: false,
+        phases: (Duration::from_secs(10), Duration::from_secs(20)),
+    })
+    .await;
 }

@@ -5,32 +5,55 @@
 
 use std::time::Duration;
 
-/// How the guard's rate follows the upstream's 429s when the upstream does
-/// not say its limit.
+/// How the guard's rate follows the upstream's 429s.
 ///
-/// The guard measures the rate at which the upstream accepts its requests
-/// (responses that are not 429: the most in any whole
-/// [`every`](Adaptation::every) period of the last three since the last
-/// cut). On a 429, counted once per
-/// period so that the 429s of requests already in flight count once:
+/// The guard counts the responses the upstream accepted (not 429). On a
+/// 429, counted once per [`every`](Adaptation::every) period so that the
+/// 429s of requests already in flight count once, it estimates the
+/// upstream's capacity from the best evidence it has:
 ///
-/// * when the upstream took less than was sent, what it took is its
-///   capacity (one 429 never cuts the rate by more than half); when it
-///   took all (a window's count reached, a burst spent), the measure
-///   cannot tell, and the capacity is taken as
-///   [`decrease`](Adaptation::decrease) times the rate. The guard paces at
-///   the capacity less [`margin`](Adaptation::margin), and never below
-///   [`floor`](Adaptation::floor);
-/// * the guard holds that rate for a few periods (4 at first; doubled, up
-///   to 32, each time a probe ends at the same capacity within 5%, and
-///   back to 4 when the capacity moved), then probes upwards by
-///   [`step`](Adaptation::step) of its rate, doubling the step each quiet
-///   period (up to 25%): a probe past a capacity that did not move costs
-///   one 429 per hold; a limit that was raised is found in a few periods.
+/// 1. the guard's first answers: the upstream's budget is fresh when the
+///    guard starts, so a 429 between half a period and a period (of the
+///    configured quota) after the first answer says the upstream takes
+///    what it accepted until then per period;
+/// 2. an advertised `RateLimit-Policy`, unless the upstream accepted
+///    clearly less (a quota shared with other clients);
+/// 3. what it accepted over the last period (since the last 429), when
+///    that is less than the rate sent at by more than the margin and two
+///    requests (one 429 never cuts the rate by more than half);
+/// 4. after a probe past a known capacity, that capacity, or the fastest
+///    rate that passed two whole periods without a 429 if that is higher;
+/// 5. two episodes in a row, each from a pause to a 429 at one rate, that
+///    each took all that was sent: a token bucket that refilled in the
+///    pause took its burst plus its rate times the episode's length, so
+///    the difference of the counts over the difference of the lengths is
+///    its rate;
+/// 6. otherwise (it took all that was sent: a window's count reached, a
+///    burst spent) a blind cut to [`decrease`](Adaptation::decrease) times
+///    the rate, deeper on each further 429 before anything passes (0.85,
+///    0.72, 0.52 with the default): the limit fell further than the last
+///    cut went.
+///
+/// The guard then paces [`margin`](Adaptation::margin) below the capacity,
+/// and at least one request per period below it (upstreams count whole
+/// requests), never below [`floor`](Adaptation::floor). It holds that rate
+/// for 30 periods (doubled, up to 120, each time a probe ends at the same
+/// capacity within 5%; back to 30 when the capacity moved, and 10 after a
+/// blind cut, which is a guess), then probes
+/// upwards in steps two periods apart, the first by
+/// [`step`](Adaptation::step) of the rate and each next one twice as
+/// large (up to 25%): against an upstream that does not move, a probe
+/// costs one 429 (and its `Retry-After` pause) per hold; a limit that was
+/// raised is found within a hold and a few steps.
 ///
 /// The rate never exceeds the configured limits. 503 answers pause (for
 /// their `Retry-After`) without lowering the rate: an outage is not a
 /// limit.
+///
+/// Answers that arrive during a pause (to requests sent before it) are not
+/// counted. Measured against AWS-style CUBIC, AIMD and a fixed quota over
+/// thirteen upstreams: the `outbound_adaptation` scenario of `rategate-sim`
+/// (`docs/outbound.md`).
 ///
 /// # Examples
 ///
@@ -47,16 +70,15 @@ use std::time::Duration;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Adaptation {
-    /// The factor of the rate kept on a 429 when the upstream took all
-    /// that was sent in the last periods, so that the measure cannot tell
-    /// its capacity (a window's count reached, a burst spent), in
-    /// `(0, 1]`; default 0.85.
+    /// The factor of the rate kept on a 429 when nothing tells the
+    /// upstream's capacity (it took all that was sent), in `(0, 1]`;
+    /// default 0.85.
     pub decrease: f64,
-    /// How far below the measured capacity the guard paces after a 429,
-    /// in `[0, 0.5]`; default 0.01.
+    /// How far below the estimated capacity the guard paces, as a fraction
+    /// of it, in `[0, 0.5]`; default 0.01.
     pub margin: f64,
-    /// The first probe's growth, as a fraction of the rate, doubled each
-    /// quiet period up to 25%; default 0.01.
+    /// The first probe step, as a fraction of the rate, doubled at each
+    /// next step up to 25%; default 0.01.
     pub step: f64,
     /// The period of measurement, decreases and increases; default 1 s.
     pub every: Duration,
@@ -107,9 +129,11 @@ impl Adaptation {
 }
 
 /// Periods held after a 429 before the first probe, at first.
-const HOLD_MIN: u32 = 4;
+const HOLD_MIN: u32 = 30;
 /// The longest hold, reached while probes keep ending at one capacity.
-const HOLD_MAX: u32 = 32;
+const HOLD_MAX: u32 = 120;
+/// Periods held after a blind cut (nothing told the capacity).
+const HOLD_BLIND: u32 = 10;
 /// The most one 429 cuts from the rate, whatever was measured.
 const MAX_CUT: f64 = 0.5;
 /// The largest probe step, as a fraction of the rate.
@@ -128,6 +152,8 @@ struct Meter {
     /// Index (time / width) of the newest bucket.
     newest: u64,
     first: Option<u64>,
+    /// Events since the meter started.
+    total: u64,
 }
 
 impl Meter {
@@ -137,6 +163,7 @@ impl Meter {
             counts: [0; BUCKETS],
             newest: 0,
             first: None,
+            total: 0,
         }
     }
 
@@ -160,6 +187,7 @@ impl Meter {
         self.roll(now);
         let bucket = &mut self.counts[Self::slot(self.newest)];
         *bucket = bucket.saturating_add(n);
+        self.total = self.total.saturating_add(n);
     }
 
     /// The count over the last two periods.
@@ -170,30 +198,20 @@ impl Meter {
             .fold(0, u64::saturating_add)
     }
 
-    /// The highest rate per second over any whole period of the last three
-    /// (over the time since the first event, while that is shorter than a
-    /// period); `None` before any event. The highest, because a period
-    /// that ramped up, or paused for a `Retry-After`, says less about what
-    /// the upstream takes than the best one does.
-    fn best_per_second(&mut self, now: u64) -> Option<f64> {
+    /// The rate per second over the last period (over the time since the
+    /// first event, while that is shorter); `None` before any event. The
+    /// last period: by the time of a 429, a token bucket's burst is spent
+    /// and the rate it refills at is what passes.
+    fn last_period_per_second(&mut self, now: u64) -> Option<f64> {
         let first = self.first?;
         self.roll(now);
-        let period = self.width * PER_PERIOD as u64;
-        let since = now.saturating_sub(first);
-        if since < period {
-            let total: u64 = self.counts.iter().fold(0, |a, &b| a.saturating_add(b));
-            return Some(total as f64 * 1e9 / since.max(1_000) as f64);
-        }
-        let windows = (since / self.width).min((BUCKETS - PER_PERIOD) as u64);
-        let best = (0..=windows)
-            .map(|end| {
-                (0..PER_PERIOD as u64)
-                    .map(|k| self.counts[Self::slot(self.newest.wrapping_sub(end + k))])
-                    .fold(0, u64::saturating_add)
-            })
-            .max()
-            .unwrap_or(0);
-        Some(best as f64 * 1e9 / period as f64)
+        let per = PER_PERIOD as u64;
+        let start = self.newest.saturating_sub(per - 1) * self.width;
+        let span = now.saturating_sub(start.max(first)).max(1_000);
+        let total = (0..per.min(self.newest + 1))
+            .map(|k| self.counts[Self::slot(self.newest - k)])
+            .fold(0, u64::saturating_add);
+        Some(total as f64 * 1e9 / span as f64)
     }
 }
 
@@ -211,11 +229,26 @@ pub(crate) struct Throttle {
     /// advertised, as a fraction of the configured rate.
     capacity: Option<f64>,
     accepted: Meter,
+    /// The configured quota's count per period.
+    limit: u64,
+    /// The guard's first answers, until the first 429 or a period: when
+    /// the first answer came, and how many passed. The upstream's budget
+    /// is fresh when the guard starts, so a 429 within a period of it
+    /// says the upstream takes that many per period.
+    first_episode: Option<(Option<u64>, u64)>,
     /// The fastest factor held for a whole period without a 429 since the
     /// last cut.
     passed: f64,
     /// Whole periods at the current factor without a 429.
     streak: u32,
+    /// The end of the guard's current pause.
+    resume_at: u64,
+    /// The last blind cut's episode: answers accepted from the first one
+    /// after the pause to the 429, and how long that took (ns).
+    episode: Option<(u64, u64)>,
+    /// How many times `decrease` the last cut applied, if it was blind
+    /// (0: it was not).
+    blind: u32,
     /// Whether the factor was raised past the held rate since the last
     /// cut.
     probing: bool,
@@ -248,7 +281,9 @@ pub(crate) struct Throttle {
 }
 
 impl Throttle {
-    pub(crate) fn new(settings: Adaptation, base_gap: u64) -> Self {
+    /// `base_gap`: nanoseconds per unit at the configured rate; `limit`:
+    /// the configured quota's count per period.
+    pub(crate) fn new(settings: Adaptation, base_gap: u64, limit: u64) -> Self {
         let settings = settings.sanitized();
         let every = crate::clock::duration_to_nanos(settings.every);
         Throttle {
@@ -257,8 +292,13 @@ impl Throttle {
             factor: 1.0,
             capacity: None,
             accepted: Meter::new(every),
+            limit,
+            first_episode: Some((None, 0)),
             passed: 0.0,
             streak: 0,
+            episode: None,
+            resume_at: 0,
+            blind: 0,
             probing: false,
             held: 0,
             hold: HOLD_MIN,
@@ -307,7 +347,7 @@ impl Throttle {
         if self.base_gap == 0 {
             return None;
         }
-        let per_second = self.accepted.best_per_second(now)?;
+        let per_second = self.accepted.last_period_per_second(now)?;
         Some(per_second * self.base_gap as f64 / 1e9)
     }
 
@@ -321,30 +361,24 @@ impl Throttle {
         {
             return;
         }
-        let kept = 1.0 - s.margin;
-        let capacity = match self.accepted_fraction(now) {
-            // The upstream took less than was sent: that is its capacity.
-            Some(accepted) if accepted < self.factor * kept => accepted.max(self.factor * MAX_CUT),
-            // It took all that was sent in its best period (a window's
-            // count reached, a burst spent): the measure cannot tell. A
-            // probe past a known capacity confirms the fastest rate that
-            // passed a whole period; otherwise, a blind cut.
-            _ => match self.capacity {
-                Some(known) if self.probing => known.max(self.passed),
-                _ => (self.factor * s.decrease / kept).max(self.passed),
-            },
+        let capacity = self.estimate(now).max(s.floor);
+        if self.blind == 0 {
+            // Only consecutive blind cuts compare episodes.
+            self.episode = None;
         }
-        .max(s.floor);
         let same = self
             .capacity
             .is_some_and(|c| (c - capacity).abs() <= 0.05 * c);
         self.hold = if same {
             (self.hold * 2).min(HOLD_MAX)
+        } else if self.blind > 0 {
+            // A guess: probe again soon.
+            HOLD_BLIND
         } else {
             HOLD_MIN
         };
         self.capacity = Some(capacity);
-        self.factor = (capacity * kept).clamp(s.floor, 1.0);
+        self.factor = self.below(capacity);
         self.held = 0;
         self.passed = 0.0;
         self.streak = 0;
@@ -358,9 +392,124 @@ impl Throttle {
         self.period_start = None;
     }
 
+    /// The upstream's capacity at a 429, as a fraction of the configured
+    /// rate, from the best evidence there is.
+    fn estimate(&mut self, now: u64) -> f64 {
+        let s = self.settings;
+        let blind_before = std::mem::take(&mut self.blind);
+        // A rate that passed is a floor for the capacity only below the
+        // rate that drew this 429; at or above it, the capacity fell.
+        let passed = if self.passed < self.factor {
+            self.passed
+        } else {
+            0.0
+        };
+        // The guard's first answers: the upstream's budget was fresh, so
+        // what it took before a 429 within one period is its count per
+        // period. An episode shorter than half a period says too little: a
+        // token bucket's small burst ends that early.
+        let period = self.base_gap.saturating_mul(self.limit);
+        if let Some((Some(start), count)) = self.first_episode.take() {
+            let first = count as f64 / self.limit.max(1) as f64;
+            let lasted = now.saturating_sub(start);
+            if (period / 2..=period).contains(&lasted) && first < self.factor {
+                return first;
+            }
+        }
+        let accepted = self.accepted_fraction(now);
+        // What the upstream advertises, unless it took clearly less (the
+        // quota is shared with other clients).
+        if let Some(policy) = self.policy_fraction() {
+            if policy <= self.factor + 1e-9 && accepted.is_none_or(|a| a >= 0.95 * policy) {
+                return policy;
+            }
+        }
+        // The upstream took less than was sent (by more than the margin
+        // and two requests, a count's noise): that is its capacity.
+        // Otherwise it took all that was sent in the last period (a
+        // window's count reached): the measure cannot tell.
+        if let Some(accepted) = accepted {
+            if accepted < self.factor * (1.0 - s.margin) - 2.0 / self.limit.max(1) as f64 {
+                return accepted.max(self.factor * MAX_CUT);
+            }
+        }
+        // A probe past a known capacity confirms the fastest rate that
+        // passed two periods.
+        if let (true, Some(known)) = (self.probing, self.capacity) {
+            return known.max(passed);
+        }
+        // Two episodes that each took all that was sent, at different
+        // rates, from a fresh start or a pause to a 429: a token bucket
+        // that refilled during the pause and emptied at the 429 took its
+        // burst plus its rate times the episode's length in both, so the
+        // difference of the counts over the difference of the lengths is
+        // its rate.
+        let episode = self
+            .accepted
+            .first
+            .map(|first| (self.accepted.total, now.saturating_sub(first)));
+        let previous = std::mem::replace(&mut self.episode, episode);
+        if let (Some((n1, t1)), Some((n2, t2)), false) = (previous, episode, self.probing) {
+            if t2.abs_diff(t1) >= period / 2 && self.base_gap > 0 {
+                let per_ns = (n2 as f64 - n1 as f64) / (t2 as f64 - t1 as f64);
+                let fraction = per_ns * self.base_gap as f64;
+                if fraction > 0.0 && fraction < self.factor {
+                    return fraction.max(self.factor * MAX_CUT);
+                }
+            }
+        }
+        // A blind cut. Blind cuts one after another, nothing passing in
+        // between: the limit fell further than the last cut went, so each
+        // goes deeper (0.85, 0.72, 0.52 of the rate with the default).
+        let again = blind_before > 0
+            && passed == 0.0
+            && self
+                .last_cut
+                .is_some_and(|t| now.saturating_sub(t) <= 3 * self.every());
+        self.blind = if again { (blind_before * 2).min(4) } else { 1 };
+        let blind = self.factor * s.decrease.powi(self.blind as i32);
+        // `below` takes the margin off again.
+        (blind / (1.0 - s.margin)).max(passed)
+    }
+
+    /// The rate to hold below a capacity: `margin` below it, and at least
+    /// one request per period (an upstream counts whole requests).
+    fn below(&self, capacity: f64) -> f64 {
+        let one = if self.limit > 0 {
+            1.0 / self.limit as f64
+        } else {
+            0.0
+        };
+        (capacity - (capacity * self.settings.margin).max(one)).clamp(self.settings.floor, 1.0)
+    }
+
+    /// The advertised policy as a fraction of the configured rate.
+    fn policy_fraction(&self) -> Option<f64> {
+        (self.policy.is_some() && self.base_gap > 0 && self.policy_gap > 0)
+            .then(|| self.base_gap as f64 / self.policy_gap as f64)
+    }
+
+    /// The guard pauses until `until` (guard clock, ns).
+    pub(crate) fn on_pause(&mut self, until: u64) {
+        self.resume_at = self.resume_at.max(until);
+    }
+
     /// A response that passed the upstream's limit.
     pub(crate) fn on_accepted(&mut self, now: u64) {
+        if now < self.resume_at {
+            // An answer to a request sent before the pause: it measures
+            // the upstream as it was.
+            return;
+        }
         self.accepted.add_n(now, 1);
+        if let Some((start, count)) = &mut self.first_episode {
+            let start = *start.get_or_insert(now);
+            *count += 1;
+            let period = self.base_gap.saturating_mul(self.limit);
+            if now.saturating_sub(start) > period {
+                self.first_episode = None;
+            }
+        }
         let start = *self.period_start.get_or_insert(now);
         if now.saturating_sub(start) < self.every() {
             return;
@@ -381,7 +530,7 @@ impl Throttle {
             self.factor = 1.0;
             return;
         };
-        let target = (capacity * (1.0 - s.margin)).min(1.0);
+        let target = self.below(capacity);
         if self.factor < target {
             // Below the measured capacity (a cut bounded by `decrease`):
             // half-way there, at least a step, each period.
@@ -468,6 +617,10 @@ impl Throttle {
         self.base_gap
     }
 
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
     pub(crate) fn factor(&self) -> f64 {
         self.factor
     }
@@ -510,7 +663,7 @@ mod tests {
 
     #[test]
     fn a_429_paces_just_below_the_measured_capacity() {
-        let mut t = Throttle::new(Adaptation::default(), 10 * MS); // 100/s
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100); // 100/s
         let (factors, _) = drive(&mut t, |_| 0.8, 3);
         let f = factors[2];
         assert!((0.72..0.8).contains(&f), "{factors:?}");
@@ -519,7 +672,7 @@ mod tests {
 
     #[test]
     fn a_steady_capacity_is_held_and_probed_rarely() {
-        let mut t = Throttle::new(Adaptation::default(), 10 * MS);
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
         let (factors, _) = drive(&mut t, |_| 0.8, 120);
         let late = &factors[60..];
         let mean = late.iter().sum::<f64>() / late.len() as f64;
@@ -530,7 +683,7 @@ mod tests {
 
     #[test]
     fn a_lowered_and_restored_limit_is_followed() {
-        let mut t = Throttle::new(Adaptation::default(), 10 * MS);
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
         let limit = |s: u64| if (20..40).contains(&s) { 0.4 } else { 0.8 };
         let (factors, _) = drive(&mut t, limit, 100);
         assert!(factors[28..40].iter().all(|&f| f <= 0.41), "{factors:?}");
@@ -539,8 +692,68 @@ mod tests {
     }
 
     #[test]
+    fn the_first_answers_tell_a_fresh_window_count() {
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
+        for i in 0..80 {
+            t.on_accepted(i * 10 * MS);
+        }
+        t.on_limited(800 * MS);
+        // 80 per period, less one request per period.
+        assert!((t.factor() - 0.79).abs() < 1e-9, "{}", t.factor());
+    }
+
+    #[test]
+    fn blind_cuts_in_a_row_go_deeper() {
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
+        t.on_limited(0);
+        let first = t.factor();
+        // Everything sent at that rate is taken, then another 429.
+        let gap = (10.0 * MS as f64 / first) as u64;
+        let mut now = 0;
+        while now < 1_500 * MS {
+            now += gap;
+            t.on_accepted(now);
+        }
+        t.on_limited(now);
+        let ratio = t.factor() / first;
+        assert!((0.70..0.73).contains(&ratio), "{ratio}");
+    }
+
+    /// An upstream token bucket of 80/s with a burst of 40, refilled in
+    /// each pause: two episodes at different rates tell its rate.
+    #[test]
+    fn two_blind_episodes_tell_a_token_buckets_rate() {
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
+        // Sends at the guard's pace from a full bucket until a 429.
+        fn episode(t: &mut Throttle, now: &mut u64) {
+            let mut tokens = 40.0f64;
+            loop {
+                let gap = t.gap(*now);
+                tokens = (tokens + 80.0 * gap as f64 / 1e9).min(40.0);
+                *now += gap;
+                if tokens < 1.0 {
+                    t.on_limited(*now);
+                    return;
+                }
+                tokens -= 1.0;
+                t.on_accepted(*now);
+            }
+        }
+        let mut now = 0;
+        episode(&mut t, &mut now);
+        let blind = t.factor();
+        assert!((0.84..=0.85).contains(&blind), "{blind}");
+        // The upstream's second of Retry-After refills the bucket.
+        now += S;
+        t.on_pause(now);
+        episode(&mut t, &mut now);
+        let factor = t.factor();
+        assert!((0.78..=0.80).contains(&factor), "{factor}");
+    }
+
+    #[test]
     fn a_changed_policy_ends_a_hold() {
-        let mut t = Throttle::new(Adaptation::default(), 10 * MS);
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
         t.on_limited(0);
         assert!(t.factor() < 1.0);
         t.on_policy(80, Duration::from_secs(1));
@@ -555,7 +768,7 @@ mod tests {
 
     #[test]
     fn remaining_is_spread_until_the_reset() {
-        let mut t = Throttle::new(Adaptation::default(), 10 * MS);
+        let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
         assert!(!t.on_remaining(40, S, 0));
         assert_eq!(t.gap(0), 25 * MS);
         assert_eq!(t.gap(S), 10 * MS, "the reset ends it");
@@ -564,7 +777,7 @@ mod tests {
 
     #[test]
     fn adaptation_off_never_changes_the_rate() {
-        let mut t = Throttle::new(Adaptation::OFF, 10 * MS);
+        let mut t = Throttle::new(Adaptation::OFF, 10 * MS, 100);
         for i in 0..10 {
             t.on_limited(i * S);
         }
@@ -580,7 +793,7 @@ mod tests {
             every: Duration::ZERO,
             floor: 0.0,
         };
-        let mut t = Throttle::new(s, 1);
+        let mut t = Throttle::new(s, 1, 1);
         for i in 0..100 {
             t.on_limited(i * MS);
             t.on_accepted(i * MS + 1);

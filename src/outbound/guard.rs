@@ -17,16 +17,24 @@ use std::time::{Duration, Instant, SystemTime};
 /// * **Waiting** works as in [`Pacer`](crate::Pacer): one FIFO queue, only
 ///   the head consults the limits, nothing is consumed before admission, so
 ///   a cancelled wait or a missed deadline costs nothing.
+/// * **Even pacing**: calls are spread evenly at the rate of the limit
+///   with the shortest period (the slowest of those), when that period is
+///   a minute or less, so an upstream's fixed or sliding window takes them
+///   without 429s at its edges;
+///   [`with_bursts(true)`](OutboundLimiter::with_bursts) lets the limits'
+///   burst go at once. The guard's adaptation scales that rate.
 /// * **Several limits** ([`AllOf`]): a call passes only when all admit it,
 ///   and none is charged when one denies.
 /// * **Upstream feedback** ([`observe`](OutboundLimiter::observe)): on a 429
 ///   (or a 503 with `Retry-After`) every waiter is paused until the
 ///   upstream's `Retry-After`, or its reset (`X-RateLimit-Reset`, IETF
 ///   `RateLimit`), or [`with_fallback_pause`](OutboundLimiter::with_fallback_pause)
-///   when it names none; a response that reports 0 remaining pauses until
-///   its reset. Repeated 429s lower the guard's own rate ([`Adaptation`]),
-///   and 429-free responses raise it back gradually. An advertised
-///   `RateLimit-Policy` slower than the configured limits caps the rate.
+///   when it names none; what a response reports remaining is spread
+///   evenly until its reset, less the calls still in flight, and 0
+///   remaining pauses until the reset. A 429 sets the guard's rate just
+///   below what the upstream accepted ([`Adaptation`]); quiet periods
+///   probe upwards. An advertised `RateLimit-Policy` slower than the
+///   configured limits caps the rate.
 ///   No request is admitted while a pause recorded before its admission
 ///   lasts.
 /// * Every pause is capped at [`with_max_pause`](OutboundLimiter::with_max_pause)
@@ -198,9 +206,17 @@ impl<C: Clock> OutboundLimiter<C> {
     /// [`TokioClock`](crate::TokioClock) in tests under paused time).
     pub fn with_clock(limits: impl Into<AllOf>, clock: C) -> Self {
         let limits = limits.into();
-        let base_gap = limits
-            .quota()
-            .map_or(0, |q| q.period_nanos() / u64::from(q.limit()).max(1));
+        let pacing = pacing_quota(&limits);
+        let (base_gap, limit) = pacing.map_or((0, 0), |q| {
+            let limit = u64::from(q.limit()).max(1);
+            (q.period_nanos() / limit, limit)
+        });
+        let mut throttle = Throttle::new(Adaptation::default(), base_gap, limit);
+        // Spread evenly over short periods only: over an hour's quota, a
+        // burst is what the quota allows, and spreading it would hold
+        // every call back.
+        throttle.set_bursts(pacing.is_none_or(|q| q.period_nanos() > EVEN_UP_TO));
+        let gap = throttle.steady_gap();
         OutboundLimiter {
             limits,
             clock,
@@ -209,11 +225,11 @@ impl<C: Clock> OutboundLimiter<C> {
             max_pause: 3600 * 1_000_000_000,
             fallback_pause: 1_000_000_000,
             pause_until: AtomicU64::new(0),
-            gap: AtomicU64::new(base_gap),
+            gap: AtomicU64::new(gap),
             remaining_gap: AtomicU64::new(0),
             remaining_until: AtomicU64::new(0),
             next_free: AtomicU64::new(0),
-            throttle: Mutex::new(Throttle::new(Adaptation::default(), base_gap)),
+            throttle: Mutex::new(throttle),
             checks: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             limited: AtomicU64::new(0),
@@ -249,16 +265,17 @@ impl<C: Clock> OutboundLimiter<C> {
         {
             let mut throttle = self.throttle.lock();
             let bursts = throttle.bursts();
-            *throttle = Throttle::new(adaptation, throttle.base_gap_nanos());
+            *throttle = Throttle::new(adaptation, throttle.base_gap_nanos(), throttle.limit());
             throttle.set_bursts(bursts);
         }
         self
     }
 
     /// Lets the limits' burst go at once while the upstream raises no
-    /// objection (default: requests are spread evenly at the configured
-    /// rate, which an upstream's fixed or sliding window takes without a
-    /// 429 at its edges).
+    /// objection (`true`), or spreads calls evenly at the configured rate
+    /// (`false`: the default when the limit with the shortest period has a
+    /// period of a minute or less; an upstream's fixed or sliding window
+    /// then takes them without a 429 at its edges).
     #[must_use]
     pub fn with_bursts(self, bursts: bool) -> Self {
         let gap = {
@@ -330,6 +347,9 @@ impl<C: Clock> OutboundLimiter<C> {
             }
             if let Some((quota, window)) = signal.policy() {
                 throttle.on_policy(quota, window);
+            }
+            if let Some(pause) = pause {
+                throttle.on_pause(now.saturating_add(pause.min(self.max_pause)));
             }
             (throttle.steady_gap(), throttle.remaining_gap())
         };
@@ -473,6 +493,28 @@ impl<C: Clock> OutboundLimiter<C> {
         )
         .await
     }
+}
+
+/// The longest period over which the guard spreads calls evenly by
+/// default: a minute.
+const EVEN_UP_TO: u64 = 60 * 1_000_000_000;
+
+/// The quota the guard paces and adapts by: of the limits, the one with
+/// the shortest period (the one a burst meets first), the slowest of those.
+fn pacing_quota(limits: &AllOf) -> Option<crate::Quota> {
+    limits
+        .members()
+        .iter()
+        .filter_map(|m| m.quota())
+        .min_by(|a, b| {
+            a.period_nanos().cmp(&b.period_nanos()).then_with(|| {
+                // Slower first: a longer emission interval, compared
+                // exactly as period_b * limit_a against period_a * limit_b.
+                let lhs = u128::from(b.period_nanos()) * u128::from(a.limit());
+                let rhs = u128::from(a.period_nanos()) * u128::from(b.limit());
+                lhs.cmp(&rhs)
+            })
+        })
 }
 
 impl<C: Clock> OutboundLimiter<C> {

@@ -3,6 +3,12 @@
 //! one, and prefer what the upstream's own headers say at run time
 //! ([`OutboundLimiter::observe`](crate::OutboundLimiter::observe)).
 //!
+//! A preset's quota has the vendor's burst (a second's worth), but an
+//! [`OutboundLimiter`](crate::OutboundLimiter) built on it spreads its
+//! calls evenly at the quota's rate unless told
+//! [`with_bursts(true)`](crate::OutboundLimiter::with_bursts): an
+//! upstream's window then takes them without 429s at its edges.
+//!
 //! Only limits with a published figure are here. For a vendor whose limit
 //! depends on the account (SendGrid's per-endpoint limits are reported in
 //! its `X-RateLimit-*` headers rather than fixed in its docs), build the

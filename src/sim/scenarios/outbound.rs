@@ -103,23 +103,6 @@ impl Demand {
         out.sort_unstable();
         out
     }
-
-    /// Jobs offered in second `s`.
-    fn in_second(self, s: u64) -> f64 {
-        if s >= RUN {
-            return 0.0;
-        }
-        match self {
-            Demand::Steady(rate) => rate,
-            Demand::Bursts { rate, on, every } => {
-                if s % every < on {
-                    rate
-                } else {
-                    0.0
-                }
-            }
-        }
-    }
 }
 
 /// One upstream situation.
@@ -160,6 +143,14 @@ fn situations() -> Vec<Situation> {
             "fixed windows at 80/s, 40/s from 20 s to 40 s, Retry-After",
             |s| if (20..40).contains(&s) { 0.4 } else { 0.8 },
         ),
+        Situation {
+            signals: Signals::Policy,
+            ..at(
+                "halved, policy",
+                "fixed windows at 80/s, 40/s from 20 s to 40 s, RateLimit-Policy",
+                |s| if (20..40).contains(&s) { 0.4 } else { 0.8 },
+            )
+        },
         Situation {
             shape: Shape::Bucket(40.0),
             ..at("bucket", "token bucket 80/s, burst 40, Retry-After", |_| {
@@ -631,7 +622,10 @@ fn run(situation: Situation, kind: Kind, seed: u64) -> Result<Run, SimError> {
         seq += 1;
         events.push(Reverse((at, seq, e)));
     };
+    let seconds = RUN as usize;
+    let mut offered = vec![0.0; seconds + 10];
     for (t, guard) in situation.demand.arrivals(guards) {
+        offered[(t / SEC) as usize] += 1.0;
         let job = jobs.len();
         jobs.push(Job {
             arrived: t,
@@ -639,7 +633,6 @@ fn run(situation: Situation, kind: Kind, seed: u64) -> Result<Run, SimError> {
         });
         push(&mut events, t, Event::Arrive { guard, job });
     }
-    let seconds = RUN as usize;
     let (mut ok, mut sent, mut limited) = (
         vec![0.0; seconds + 10],
         vec![0u64; seconds + 10],
@@ -753,12 +746,11 @@ fn run(situation: Situation, kind: Kind, seed: u64) -> Result<Run, SimError> {
         WARM_UP..RUN
     };
     let delivered: f64 = measured.clone().map(|s| ok[s as usize]).sum();
-    let possible: f64 = measured.clone().map(capacity).sum::<f64>().min(
-        measured
-            .clone()
-            .map(|s| situation.demand.in_second(s))
-            .sum(),
-    );
+    let possible: f64 = measured
+        .clone()
+        .map(capacity)
+        .sum::<f64>()
+        .min(measured.clone().map(|s| offered[s as usize]).sum());
     let sent_after: u64 = measured.clone().map(|s| sent[s as usize]).sum();
     let limited_after: u64 = measured.clone().map(|s| limited[s as usize]).sum();
     waits.sort_unstable();
@@ -773,9 +765,8 @@ fn run(situation: Situation, kind: Kind, seed: u64) -> Result<Run, SimError> {
         .collect();
     let mut converge = Some(0);
     for &c in &changes {
-        let want = |s: u64| capacity(s).min(situation.demand.in_second(s).max(capacity(s)));
         let found = (c..RUN - 1).find(|&s| {
-            let need = 0.95 * (want(s) + want(s + 1));
+            let need = 0.95 * (capacity(s) + capacity(s + 1));
             ok[s as usize] + ok[s as usize + 1] >= need
         });
         converge = match (converge, found) {
