@@ -16,7 +16,7 @@
 //! * centralized: [`RedisLimiter`], one Lua call per request (local cache of
 //!   denials off: Redis decides every request);
 //! * synced every 250 ms and every 100 ms: [`SyncedLimiter`] (fixed window,
-//!   and token bucket for comparison), with `outage_share(1 / NODES)` so
+//!   and token bucket for comparison), with `local_share(1 / NODES)` so
 //!   that a node holds a key it has not heard of yet to its share (an
 //!   interval above half the period, such as 1 s here, is refused at build:
 //!   the example shows the error);
@@ -188,7 +188,7 @@ mod run {
             // A key this node has not heard of yet (and one whose Redis is
             // down) gets its share only: no node starts with the whole
             // quota.
-            .outage_share(1.0 / NODES as f64)
+            .local_share(1.0 / NODES as f64)
             .build()
             .await
             .expect("connect")

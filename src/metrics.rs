@@ -7,7 +7,7 @@
 //! | `rategate_allowed_total` | counter | `policy` | a policy admitted a request |
 //! | `rategate_denied_total` | counter | `policy` | a policy denied a request (enforced) |
 //! | `rategate_shadow_denied_total` | counter | `policy` | a shadow-mode policy would have denied |
-//! | `rategate_store_down_total` | counter | `source` (`fail_open`, `fail_closed`, `insurance`, `outage_share`, `lease_unrenewed`) | Redis was unreachable and the store-down policy decided: a `RedisLimiter`'s policy; a `SyncedLimiter`'s check of a key whose last sync failed (or whose first has not succeeded), held to an outage share below 1 (with the default share of 1 nothing holds a key back, and nothing is counted); a `LeasedLimiter::acquire` denied after the renewal round it made failed (on a Cluster: any node's part of that round) |
+//! | `rategate_store_down_total` | counter | `source` (`fail_open`, `fail_closed`, `local_share`, `lease_unrenewed`) | Redis was unreachable and the store-down policy decided: a `RedisLimiter`'s policy; a `SyncedLimiter`'s check of a key whose last sync failed (or whose first has not succeeded), held to a local share below 1 (with the default share of 1 nothing holds a key back, and nothing is counted); a `LeasedLimiter::acquire` denied after the renewal round it made failed (on a Cluster: any node's part of that round) |
 //! | `rategate_redis_seconds` | histogram | | a Redis call, success or failure: a `RedisLimiter`'s script call, a `SyncedLimiter`'s sync round, a `LeasedLimiter`'s lease round |
 //! | `rategate_live_keys` | gauge | `policy` | keys held by a policy's in-memory tiers, set by `PolicyLimiter::record_live_keys` |
 //!
@@ -41,7 +41,7 @@ pub(crate) fn policy_decision(policy: &str, key: &str, allowed: bool, shadow: bo
 }
 
 /// A key's check decided by a store-down policy (`fail_open`,
-/// `fail_closed`, `insurance`).
+/// `fail_closed`, `local_share`).
 #[cfg(feature = "redis")]
 #[inline]
 #[allow(unused_variables)]
@@ -52,7 +52,7 @@ pub(crate) fn store_down(source: crate::redis::Source) {
         let source = match source {
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
-            Source::Insurance => "insurance",
+            Source::LocalShare => "local_share",
             Source::Redis | Source::LocalCache => return,
         };
         store_down_by(source);
@@ -60,7 +60,7 @@ pub(crate) fn store_down(source: crate::redis::Source) {
 }
 
 /// A decision made while Redis could not be reached, by `source` (a
-/// synced limiter's `outage_share`, a leased limiter's
+/// synced limiter's `local_share`, a leased limiter's
 /// `lease_unrenewed`).
 #[cfg(feature = "redis")]
 #[inline]

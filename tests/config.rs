@@ -253,7 +253,7 @@ fn bad_files_name_the_policy_and_the_field() {
             "maybe",
         ),
         (
-            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", store_down = \"insurance\" }",
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", store_down = \"local_share\" }",
             Some("d"),
             Some("backend.share"),
             "share",

@@ -189,7 +189,7 @@ fn store_down_decisions_and_redis_latency_are_recorded() {
         counter(
             &snapshotter,
             "rategate_store_down_total",
-            source("insurance")
+            source("local_share")
         ),
         0
     );
@@ -200,7 +200,7 @@ fn store_down_decisions_and_redis_latency_are_recorded() {
 }
 
 /// A synced limiter counts each check of a key whose last sync failed
-/// (held to the outage share) and records every sync round's latency; a
+/// (held to the local share) and records every sync round's latency; a
 /// leased limiter counts a request denied because its renewal failed.
 #[cfg(feature = "redis")]
 #[test]
@@ -221,7 +221,7 @@ fn synced_and_leased_store_down_are_recorded() {
             let synced = SyncedLimiter::<TokenBucket>::builder(quota)
                 .url(&server.url())
                 .timeout(Duration::from_millis(100))
-                .outage_share(0.5)
+                .local_share(0.5)
                 .background(false)
                 .build()
                 .await
@@ -252,7 +252,7 @@ fn synced_and_leased_store_down_are_recorded() {
     let snapshot = snapshot(&recorder);
     let source = |s| ("source", s);
     let down = |s| counter(&snapshot, "rategate_store_down_total", source(s));
-    assert_eq!(down("outage_share"), 4);
+    assert_eq!(down("local_share"), 4);
     assert_eq!(down("lease_unrenewed"), 1);
     let rounds = redis_latencies(&snapshot).len();
     // Two sync rounds (one answered, one failed) and the leased limiter's

@@ -75,7 +75,7 @@ fn survive_outage(policy: StoreDown, expect: Source) -> RedisStats {
             StoreDown::FailOpen => assert_eq!(admitted, 20),
             StoreDown::FailClosed => assert_eq!(admitted, 0),
             // Half the quota: a burst of 2 at 30 a minute (one every 2 s).
-            StoreDown::Insurance(_) => assert!((2..=3).contains(&admitted), "{admitted}"),
+            StoreDown::LocalShare(_) => assert!((2..=3).contains(&admitted), "{admitted}"),
         }
 
         server.restart();
@@ -111,9 +111,9 @@ fn outage_fail_closed() {
 }
 
 #[test]
-fn outage_insurance() {
-    let stats = survive_outage(StoreDown::Insurance(0.5), Source::Insurance);
-    assert!(stats.insurance >= 20 && stats.errors >= 20, "{stats:?}");
+fn outage_local_share() {
+    let stats = survive_outage(StoreDown::LocalShare(0.5), Source::LocalShare);
+    assert!(stats.local_share >= 20 && stats.errors >= 20, "{stats:?}");
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn unreachable_at_build_is_a_typed_error() {
     let bad_share = rt.block_on(
         RedisLimiter::<TokenBucket>::builder(Quota::per_second(1).unwrap())
             .url("redis://127.0.0.1:1/")
-            .store_down(StoreDown::Insurance(1.5))
+            .store_down(StoreDown::LocalShare(1.5))
             .build(),
     );
     assert!(matches!(

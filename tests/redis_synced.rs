@@ -308,7 +308,7 @@ fn shutdown_flush_loses_no_counts() {
 }
 
 /// Redis is killed and restarted empty on the same port. Meanwhile the
-/// nodes decide locally (held to the outage share), syncs fail fast, and
+/// nodes decide locally (held to the local share), syncs fail fast, and
 /// once Redis is back the kept deltas reach it and every node's view is the
 /// true global usage again (the restarted hashes are new incarnations).
 #[test]
@@ -324,7 +324,7 @@ fn outage_and_restart_reconcile_deltas() {
                 .prefix("out")
                 .clock(clock.clone())
                 .timeout(Duration::from_millis(100))
-                .outage_share(share)
+                .local_share(share)
                 .background(false)
                 .build()
         };
@@ -435,7 +435,7 @@ fn bad_configs_are_typed_errors() {
         assert!(matches!(zero, Err(rategate::redis::RedisError::Config(_))));
         let share = SyncedLimiter::<FixedWindow>::builder(quota)
             .url("redis://127.0.0.1:1/")
-            .outage_share(0.0)
+            .local_share(0.0)
             .build()
             .await;
         assert!(matches!(share, Err(rategate::redis::RedisError::Config(_))));
@@ -487,7 +487,7 @@ fn round_trips_count_the_script_reload() {
 /// One dead master of three: the keys it serves are held to the outage
 /// share, while a key whose master is alive (and whose syncs succeed) keeps
 /// its whole quota. A limiter-wide "degraded" flag used to hold that key
-/// to 250 of 600 at `outage_share(0.25)`.
+/// to 250 of 600 at `local_share(0.25)`.
 #[test]
 fn a_dead_master_degrades_only_its_own_keys() {
     let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
@@ -500,7 +500,7 @@ fn a_dead_master_degrades_only_its_own_keys() {
             .prefix("dead")
             .clock(clock.clone())
             .timeout(Duration::from_millis(300))
-            .outage_share(0.25)
+            .local_share(0.25)
             .background(false)
             .build()
             .await
@@ -542,7 +542,7 @@ fn a_dead_master_degrades_only_its_own_keys() {
 /// Where the short-window excess came from: every node started a new key
 /// with the whole quota (an empty window, a full bucket) before it had
 /// heard from Redis, so four nodes admitted four limits in the first
-/// interval. With `outage_share(1/N)` a key this node has not heard of is
+/// interval. With `local_share(1/N)` a key this node has not heard of is
 /// held to that share until its first sync; and an interval above half the
 /// period, for which no bound means anything, is refused.
 #[test]
@@ -557,7 +557,7 @@ fn unheard_keys_are_held_to_the_share_and_long_intervals_refused() {
                 .url(&server.url())
                 .prefix("cold")
                 .clock(clock.clone())
-                .outage_share(0.25)
+                .local_share(0.25)
                 .background(false)
                 .build()
         };

@@ -260,7 +260,7 @@ pub(crate) struct Throttle {
     probe_step: f64,
     /// When the factor was last cut (guard clock, ns).
     last_cut: Option<u64>,
-    /// Start of the current period of `on_success` (guard clock, ns).
+    /// Start of the current period of answers (guard clock, ns).
     period_start: Option<u64>,
     /// The last advertised policy, `(quota, window ns)`.
     policy: Option<(u64, u64)>,

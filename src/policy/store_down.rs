@@ -2,7 +2,7 @@
 
 /// What decides while the shared store (Redis) is unreachable or slower
 /// than the timeout: the Redis limiter's builder and a policy file's
-/// `store_down` (`"open"`, `"closed"`, `"insurance"` with `share`) take it.
+/// `store_down` (`"open"`, `"closed"`, `"local_share"` with `share`) take it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StoreDown {
     /// Admit every request (availability first). The default; `"open"` in a
@@ -12,6 +12,6 @@ pub enum StoreDown {
     FailClosed,
     /// Decide with a local in-memory limiter per key that enforces this
     /// share (0 < share <= 1) of the quota: with N app servers, `1/N` keeps
-    /// the global rate about where Redis would; `"insurance"` with `share`.
-    Insurance(f64),
+    /// the global rate about where Redis would; `"local_share"` with `share`.
+    LocalShare(f64),
 }

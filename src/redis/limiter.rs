@@ -39,8 +39,8 @@ pub enum Source {
     FailOpen,
     /// Redis was unreachable; [`StoreDown::FailClosed`] denied.
     FailClosed,
-    /// Redis was unreachable; the [`StoreDown::Insurance`] limiter decided.
-    Insurance,
+    /// Redis was unreachable; the [`StoreDown::LocalShare`] limiter decided.
+    LocalShare,
 }
 
 /// A decision and the path that made it.
@@ -80,7 +80,7 @@ pub struct RedisStats {
     /// See [`RedisStats::fail_open`].
     pub fail_closed: u64,
     /// See [`RedisStats::fail_open`].
-    pub insurance: u64,
+    pub local_share: u64,
     /// Calls to Redis that failed (connection errors, error replies,
     /// timeouts).
     pub errors: u64,
@@ -94,7 +94,7 @@ struct Counters {
     local_cache: AtomicU64,
     fail_open: AtomicU64,
     fail_closed: AtomicU64,
-    insurance: AtomicU64,
+    local_share: AtomicU64,
     errors: AtomicU64,
     timeouts: AtomicU64,
 }
@@ -120,7 +120,7 @@ fn bump(counter: &AtomicU64) {
 /// let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(5000)?)
 ///     .url("redis://127.0.0.1:6379/")
 ///     .prefix("api")
-///     .store_down(StoreDown::Insurance(0.25))
+///     .store_down(StoreDown::LocalShare(0.25))
 ///     .build()
 ///     .await?;
 /// let d = limiter.check("token-123").await?;
@@ -168,7 +168,7 @@ struct Inner<A: RedisAlgorithm, C: Clock> {
     keys: KeySpace,
     timeout: Duration,
     store_down: StoreDown,
-    insurance: Option<KeyedRateLimiter<String, A, C>>,
+    local: Option<KeyedRateLimiter<String, A, C>>,
     /// Keys Redis denied, answered locally until the denial may have
     /// changed (see `cache.rs`).
     cache: Option<DenialCache>,
@@ -290,7 +290,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] without a server, with an insurance share
+    /// [`RedisError::Config`] without a server, with a local share
     /// outside (0, 1] or with no batch in flight; [`RedisError::Quota`] when the quota cannot run on
     /// the script; [`RedisError::Redis`] or [`RedisError::Timeout`] when the
     /// first connection fails.
@@ -299,12 +299,12 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let client_time = matches!(self.time, TimeSource::Client(_));
         let tick_nanos = if client_time { 1 } else { 1_000 };
         let params = A::script_params(&self.quota, tick_nanos)?;
-        let insurance = match self.store_down {
-            StoreDown::Insurance(share) => Some(share_limiter::<A, C>(
+        let local = match self.store_down {
+            StoreDown::LocalShare(share) => Some(share_limiter::<A, C>(
                 &self.quota,
                 share,
                 self.clock.clone(),
-                "the insurance share must be in (0, 1]",
+                "the local share must be in (0, 1]",
             )?),
             _ => None,
         };
@@ -350,7 +350,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
                 keys,
                 timeout,
                 store_down: self.store_down,
-                insurance,
+                local,
                 cache: self.local_cache.then(|| DenialCache::new(self.cache_max)),
                 counters: Counters::default(),
             }),
@@ -537,15 +537,15 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
     fn store_down_decision(&self, key: &str, cost: u32) -> RedisDecision {
         let inner = &*self.inner;
         let limit = inner.algorithm.capacity();
-        let (decision, source) = match (&inner.store_down, &inner.insurance) {
-            (StoreDown::Insurance(_), Some(local)) => {
+        let (decision, source) = match (&inner.store_down, &inner.local) {
+            (StoreDown::LocalShare(_), Some(local)) => {
                 let decision = local
                     .check_n(key, cost)
                     .unwrap_or_else(|_| Decision::deny(limit, 0, 0, 1_000_000_000));
-                bump(&inner.counters.insurance);
-                (decision, Source::Insurance)
+                bump(&inner.counters.local_share);
+                (decision, Source::LocalShare)
             }
-            (StoreDown::FailClosed, _) | (StoreDown::Insurance(_), None) => {
+            (StoreDown::FailClosed, _) | (StoreDown::LocalShare(_), None) => {
                 bump(&inner.counters.fail_closed);
                 let retry = 1_000_000_000;
                 (Decision::deny(limit, 0, retry, retry), Source::FailClosed)
@@ -567,7 +567,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
             local_cache: read(&c.local_cache),
             fail_open: read(&c.fail_open),
             fail_closed: read(&c.fail_closed),
-            insurance: read(&c.insurance),
+            local_share: read(&c.local_share),
             errors: read(&c.errors),
             timeouts: read(&c.timeouts),
         }

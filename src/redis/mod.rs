@@ -21,7 +21,7 @@
 //!   [`RedisLimiter`], time source) are equal, which is how the nodes of
 //!   one service share a limit. Each key has a TTL, so idle keys vanish.
 //! * When Redis is down or slow (every call has a timeout), a [`StoreDown`](crate::policy::StoreDown)
-//!   policy decides: fail open, fail closed, or a local insurance limiter
+//!   policy decides: fail open, fail closed, or a local limiter held to a share
 //!   with a share of the quota. Reconnection is automatic. The decision's
 //!   [`Source`] and the [`RedisStats`] counters say which path decided.
 //! * A local over-limit cache answers a key that Redis denied until its

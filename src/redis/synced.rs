@@ -105,7 +105,7 @@
 //! Every call has a [timeout](SyncedLimiterBuilder::timeout). When a sync fails,
 //! the taken deltas go back into the keys' pending units (deltas of windows
 //! that no decision can see any more are dropped), decisions go on locally,
-//! and with an [outage share](SyncedLimiterBuilder::outage_share) below 1 each key
+//! and with an [local share](SyncedLimiterBuilder::local_share) below 1 each key
 //! whose node failed is also held to that share of its quota by a local
 //! limiter until a sync of that node succeeds (with `N` nodes, `1 / N` keeps
 //! the global rate near the limit). On a Cluster this is tracked per slot
@@ -213,7 +213,7 @@ pub struct SyncStats {
     /// period): dropped, not sent.
     pub stale_units: u64,
     /// Whether the last sync of some keys failed: their decisions are
-    /// local only (and held to the outage share) until a sync of their
+    /// local only (and held to the local share) until a sync of their
     /// node succeeds. On a Cluster this is per master (per slot range).
     pub degraded: bool,
 }
@@ -245,7 +245,7 @@ struct Entry {
     linger: AtomicU64,
     /// 1 once a sync has brought this key's global usage back: until then
     /// the node has not heard what the others admitted, and the key is held
-    /// to the outage share (see `SyncedLimiter::check_n`).
+    /// to the local share (see `SyncedLimiter::check_n`).
     heard: AtomicU64,
     /// Window algorithms: per window, the global total this node has folded
     /// in (its own sent units included) and the incarnation id of the Redis
@@ -293,7 +293,7 @@ struct Taken {
 /// let limiter = SyncedLimiter::<SlidingWindowCounter>::builder(Quota::per_minute(600)?)
 ///     .url("redis://127.0.0.1:6379/")
 ///     .interval(Duration::from_millis(200))
-///     .outage_share(0.25) // four app servers
+///     .local_share(0.25) // four app servers
 ///     .build()
 ///     .await?;
 /// let decision = limiter.check("api-key-7"); // local: no await
@@ -428,9 +428,9 @@ struct Inner<A: SyncAlgorithm, C: Clock> {
     keys: KeySpace,
     interval: Duration,
     /// Decides alongside the synced state while Redis is unreachable.
-    insurance: Option<KeyedRateLimiter<String, A, C>>,
+    local: Option<KeyedRateLimiter<String, A, C>>,
     /// The Cluster slots (all of them on a single server) whose last sync
-    /// failed: their keys are held to the outage share.
+    /// failed: their keys are held to the local share.
     degraded: DegradedSlots,
     counters: Counters,
     /// One sync at a time (the task, `sync_now`, `shutdown`).
@@ -446,7 +446,7 @@ pub struct SyncedLimiterBuilder<A, C> {
     clock: C,
     interval: Duration,
     timeout: Duration,
-    outage_share: f64,
+    local_share: f64,
     background: bool,
     marker: PhantomData<fn() -> A>,
 }
@@ -459,7 +459,7 @@ impl<A, C> fmt::Debug for SyncedLimiterBuilder<A, C> {
             .field("prefix", &self.prefix)
             .field("interval", &self.interval)
             .field("timeout", &self.timeout)
-            .field("outage_share", &self.outage_share)
+            .field("local_share", &self.local_share)
             .field("background", &self.background)
             .finish_non_exhaustive()
     }
@@ -476,7 +476,7 @@ impl<A: SyncAlgorithm> SyncedLimiter<A, WallClock> {
             clock: WallClock::new(),
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
-            outage_share: 1.0,
+            local_share: 1.0,
             background: true,
             marker: PhantomData,
         }
@@ -516,7 +516,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
             clock,
             interval: self.interval,
             timeout: self.timeout,
-            outage_share: self.outage_share,
+            local_share: self.local_share,
             background: self.background,
             marker: PhantomData,
         }
@@ -546,8 +546,8 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
     /// without it, every node starts a new key with the whole quota (a full
     /// bucket, an empty window), which is where most of the short-window
     /// excess comes from.
-    pub fn outage_share(mut self, share: f64) -> Self {
-        self.outage_share = share;
+    pub fn local_share(mut self, share: f64) -> Self {
+        self.local_share = share;
         self
     }
 
@@ -566,7 +566,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
     /// # Errors
     ///
     /// [`RedisError::Config`] without a server, with a zero interval or
-    /// timeout, or an outage share outside (0, 1]; [`RedisError::Quota`]
+    /// timeout, or a local share outside (0, 1]; [`RedisError::Quota`]
     /// when the algorithm cannot represent the quota; [`RedisError::Redis`]
     /// or [`RedisError::Timeout`] when the first connection fails.
     pub async fn build(self) -> Result<SyncedLimiter<A, C>, RedisError> {
@@ -574,14 +574,14 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
         if self.interval.is_zero() {
             return Err(RedisError::Config("the sync interval must be above zero"));
         }
-        let insurance = if self.outage_share == 1.0 {
+        let local = if self.local_share == 1.0 {
             None
         } else {
             Some(share_limiter::<A, C>(
                 &self.quota,
-                self.outage_share,
+                self.local_share,
                 self.clock.clone(),
-                "the outage share must be in (0, 1]",
+                "the local share must be in (0, 1]",
             )?)
         };
         // The algorithm and quota are part of every key, so that limiters
@@ -612,7 +612,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
             prefix: self.prefix,
             keys,
             interval: self.interval,
-            insurance,
+            local,
             degraded: DegradedSlots::default(),
             counters: Counters::default(),
             sync_lock: tokio::sync::Mutex::new(()),
@@ -789,7 +789,7 @@ async fn run_task<A: SyncAlgorithm, C: Clock>(inner: Arc<Inner<A, C>>, control: 
 }
 
 impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
-    /// Decides for `key`: the outage share first where this node has not
+    /// Decides for `key`: the local share first where this node has not
     /// heard the key's global usage (a key not synced yet, or whose node
     /// failed its last sync), then the synced state.
     fn decide(
@@ -799,7 +799,7 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
         now: u64,
         cost: u32,
     ) -> Result<Decision, CheckError> {
-        if let Some(local) = &self.insurance {
+        if let Some(local) = &self.local {
             // Relaxed: a flag the sync sets; a decision made a moment
             // before it is seen is one the share also allows.
             let unheard = entry.heard.load(Ordering::Relaxed) == 0;
@@ -808,7 +808,7 @@ impl<A: SyncAlgorithm, C: Clock> Inner<A, C> {
             let degraded = self.degraded.is_degraded(key);
             if degraded {
                 // A key never heard counts too: its first sync failed.
-                crate::metrics::store_down_by("outage_share");
+                crate::metrics::store_down_by("local_share");
             }
             if unheard || degraded {
                 match local.check_n(key, cost) {

@@ -20,7 +20,7 @@
 //! [policies.login]
 //! quota = "5/m"
 //! key = "ip"
-//! backend = { kind = "redis", url = "redis://127.0.0.1/", store_down = "insurance", share = 0.25 }
+//! backend = { kind = "redis", url = "redis://127.0.0.1/", store_down = "local_share", share = 0.25 }
 //! ```
 //!
 //! Key kinds ([`KeyKind`]): `"global"` (one limit for everyone, the
@@ -32,8 +32,8 @@
 //!
 //! Backends ([`Store`]): `"memory"` (fields `max_keys`, `sweep_interval_ms`), `"redis"`
 //! (`url`, `prefix`, `timeout_ms`, `store_down` = `"open"` / `"closed"` /
-//! `"insurance"` with `share`), `"synced"` (`url`, `prefix`, `interval_ms`,
-//! `timeout_ms`, `share`: the outage share) and `"leased"` (`url`,
+//! `"local_share"` with `share`), `"synced"` (`url`, `prefix`, `interval_ms`,
+//! `timeout_ms`, `share`: the local share) and `"leased"` (`url`,
 //! `prefix`, `interval_ms`, `timeout_ms`). [`build`] turns a [`Policy`]
 //! into working limiters.
 //!
@@ -80,7 +80,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// sets no `sweep_interval_ms`: every 10 seconds.
 // A sweep visits every key, holding each shard's write lock in turn: once
 // per 10 s keeps that scan rare even at the 1,000,000-key cap, while keys
-// idle for 10 s leave the map soon after (the Redis insurance limiters
+// idle for 10 s leave the map soon after (the Redis local-share limiters
 // sweep at the same interval).
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -175,7 +175,7 @@ pub enum Store {
         timeout: Option<Duration>,
         /// The share of the quota a node keeps while Redis is down
         /// (`share`), if set.
-        outage_share: Option<f64>,
+        local_share: Option<f64>,
     },
     /// Local decisions on slices leased from Redis.
     Leased {

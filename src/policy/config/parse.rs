@@ -280,22 +280,22 @@ fn backend(
             let store_down = match (fields.string("store_down")?.as_deref(), share) {
                 (None | Some("open"), None) => StoreDown::FailOpen,
                 (Some("closed"), None) => StoreDown::FailClosed,
-                (Some("insurance"), Some(share)) => StoreDown::Insurance(share),
-                (Some("insurance"), None) => {
+                (Some("local_share"), Some(share)) => StoreDown::LocalShare(share),
+                (Some("local_share"), None) => {
                     return Err(
-                        fields.error("share", "insurance needs a share (0 < share <= 1)".into())
+                        fields.error("share", "local_share needs a share (0 < share <= 1)".into())
                     );
                 }
                 (None | Some("open" | "closed"), Some(_)) => {
                     return Err(fields.error(
                         "share",
-                        "only store_down = \"insurance\" takes a share".into(),
+                        "only store_down = \"local_share\" takes a share".into(),
                     ));
                 }
                 (Some(other), _) => {
                     return Err(fields.error(
                         "store_down",
-                        format!("unknown policy {other:?} (expected open, closed or insurance)"),
+                        format!("unknown policy {other:?} (expected open, closed or local_share)"),
                     ));
                 }
             };
@@ -326,7 +326,7 @@ fn backend(
                 prefix: prefix()?,
                 interval: fields.millis("interval_ms")?,
                 timeout: fields.millis("timeout_ms")?,
-                outage_share: fields.share()?,
+                local_share: fields.share()?,
             }
         }
         _ => Store::Leased {

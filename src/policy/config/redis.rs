@@ -132,7 +132,7 @@ macro_rules! synced_limiter {
                 builder = builder.timeout(t);
             }
             if let Some(s) = $share {
-                builder = builder.outage_share(s);
+                builder = builder.local_share(s);
             }
             builder.build().await.map(AnySyncedLimiter::$variant)
         }
@@ -196,14 +196,14 @@ pub(super) async fn build(
             prefix,
             interval,
             timeout,
-            outage_share,
+            local_share,
         } => {
             let (u, p, i, t, s) = (
                 url.as_str(),
                 prefix.as_str(),
                 *interval,
                 *timeout,
-                *outage_share,
+                *local_share,
             );
             let tiers = match policy.algorithm {
                 AlgorithmKind::FixedWindow => {
