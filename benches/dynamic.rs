@@ -83,7 +83,8 @@ fn keyed_rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: Algo
         .unwrap();
     let any = KeyedRateLimiter::<u64, AnyAlgorithm>::builder(quota)
         .clock(clock.clone())
-        .build_with(AnyAlgorithm::new(kind, &quota).unwrap())
+        .algorithm(AnyAlgorithm::new(kind, &quota).unwrap())
+        .build()
         .unwrap();
     let mut now = 0u64;
     group.bench_function(BenchmarkId::new(name, "static"), |b| {

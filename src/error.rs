@@ -58,16 +58,9 @@ pub enum QuotaError {
     /// A limiter of [`AnyAlgorithm`](crate::AnyAlgorithm) was built from a
     /// quota alone, which names no algorithm: build it with
     /// [`RateLimiter::from_algorithm`](crate::RateLimiter::from_algorithm)
-    /// or [`KeyedRateLimiterBuilder::build_with`](crate::KeyedRateLimiterBuilder::build_with)
+    /// or [`KeyedRateLimiterBuilder::algorithm`](crate::KeyedRateLimiterBuilder::algorithm)
     /// and an [`AnyAlgorithm::from_name`](crate::AnyAlgorithm::from_name).
     AlgorithmNotChosen,
-    /// A keyed limiter's map cannot have this many shards.
-    TooManyShards {
-        /// The shard count asked for.
-        shards: usize,
-        /// The most a keyed limiter accepts.
-        max: usize,
-    },
     /// A run-time quota change ([`Adjustable`](crate::algorithm::Adjustable))
     /// asked a window algorithm for another period: its state counts in
     /// windows of the period it was built with, so only the limit may change.
@@ -120,11 +113,7 @@ impl fmt::Display for QuotaError {
             ),
             QuotaError::AlgorithmNotChosen => f.write_str(
                 "a quota alone names no algorithm: build an AnyAlgorithm limiter with \
-                 RateLimiter::from_algorithm or KeyedRateLimiterBuilder::build_with",
-            ),
-            QuotaError::TooManyShards { shards, max } => write!(
-                f,
-                "{shards} map shards is more than a keyed limiter supports ({max})"
+                 RateLimiter::from_algorithm or KeyedRateLimiterBuilder::algorithm",
             ),
             QuotaError::PeriodFixed { period_nanos } => write!(
                 f,

@@ -215,7 +215,8 @@ pub struct KeyedRateLimiterBuilder<K, A, C = QuantaClock, S = DefaultKeyHasher> 
     max_keys: Option<usize>,
     overflow: Overflow,
     auto_sweep: Option<Duration>,
-    marker: PhantomData<fn() -> (K, A)>,
+    algorithm: Option<A>,
+    marker: PhantomData<fn() -> K>,
 }
 
 impl<K: Hash + Eq, A: Algorithm> KeyedRateLimiter<K, A, QuantaClock, DefaultKeyHasher> {
@@ -239,6 +240,7 @@ impl<K: Hash + Eq, A: Algorithm> KeyedRateLimiter<K, A, QuantaClock, DefaultKeyH
             max_keys: None,
             overflow: Overflow::default(),
             auto_sweep: None,
+            algorithm: None,
             marker: PhantomData,
         }
     }
@@ -257,6 +259,7 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone>
             max_keys: self.max_keys,
             overflow: self.overflow,
             auto_sweep: self.auto_sweep,
+            algorithm: self.algorithm,
             marker: PhantomData,
         }
     }
@@ -276,14 +279,14 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone>
             max_keys: self.max_keys,
             overflow: self.overflow,
             auto_sweep: self.auto_sweep,
+            algorithm: self.algorithm,
             marker: PhantomData,
         }
     }
 
-    /// The number of map shards (rounded up to a power of two, at least 2,
-    /// at most 65,536; the default is four per CPU). A larger count makes
-    /// [`build`](KeyedRateLimiterBuilder::build) fail with
-    /// [`QuotaError::TooManyShards`].
+    /// The number of map shards (the default is four per CPU): kept
+    /// within 2 to 65,536 and rounded up to a power of two. Shards only
+    /// spread contention; no count changes a decision.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
         self
@@ -310,37 +313,31 @@ impl<K: Hash + Eq, A: Algorithm, C: Clock, S: BuildHasher + Clone>
         self
     }
 
+    /// Decides with `algorithm`, already built for the quota (an
+    /// [`AnyAlgorithm`](crate::algorithm::AnyAlgorithm) chosen at run
+    /// time); without it, [`build`](KeyedRateLimiterBuilder::build) makes
+    /// one from the quota.
+    pub fn algorithm(mut self, algorithm: A) -> Self {
+        self.algorithm = Some(algorithm);
+        self
+    }
+
     /// Builds the limiter.
     ///
     /// # Errors
     ///
-    /// A [`QuotaError`] when the algorithm cannot represent the quota, or
-    /// [`QuotaError::TooManyShards`] for more than 65,536 shards.
+    /// A [`QuotaError`] when the algorithm cannot represent the quota
+    /// ([`QuotaError::AlgorithmNotChosen`] for an
+    /// [`AnyAlgorithm`](crate::algorithm::AnyAlgorithm) without
+    /// [`algorithm`](KeyedRateLimiterBuilder::algorithm)).
     pub fn build(self) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
-        let algorithm = A::from_quota(&self.quota)?;
-        self.build_with(algorithm)
-    }
-
-    /// Builds the limiter with `algorithm`, already built for the quota (an
-    /// [`AnyAlgorithm`](crate::algorithm::AnyAlgorithm) chosen at run time).
-    ///
-    /// # Errors
-    ///
-    /// [`QuotaError::TooManyShards`] for more than 65,536 shards.
-    pub fn build_with(self, algorithm: A) -> Result<KeyedRateLimiter<K, A, C, S>, QuotaError> {
-        let shards = match self.shards {
-            None => None,
-            Some(shards) => Some(
-                shards
-                    .max(2)
-                    .checked_next_power_of_two()
-                    .filter(|&n| n <= MAX_SHARDS)
-                    .ok_or(QuotaError::TooManyShards {
-                        shards,
-                        max: MAX_SHARDS,
-                    })?,
-            ),
+        let algorithm = match self.algorithm {
+            Some(algorithm) => algorithm,
+            None => A::from_quota(&self.quota)?,
         };
+        let shards = self
+            .shards
+            .map(|shards| shards.clamp(2, MAX_SHARDS).next_power_of_two());
         let map = KeyMap::new(self.hasher, shards);
         let auto_sweep = self.auto_sweep.map(|d| duration_to_nanos(d).max(1));
         let full_sweep_interval = auto_sweep.unwrap_or(DEFAULT_FULL_SWEEP_INTERVAL);

@@ -260,7 +260,8 @@ fn keyed_limiter_with_a_run_time_algorithm_keeps_keys_apart_and_sweeps() {
         let clock = ManualClock::new();
         let limiter = KeyedRateLimiter::<String, AnyAlgorithm>::builder(q)
             .clock(clock.clone())
-            .build_with(AnyAlgorithm::new(kind, &q).unwrap())
+            .algorithm(AnyAlgorithm::new(kind, &q).unwrap())
+            .build()
             .unwrap();
         assert!(limiter.check("a").is_allowed(), "{kind}");
         assert!(limiter.check("a").is_allowed(), "{kind}");

@@ -158,7 +158,8 @@ fn tiers_may_use_different_algorithms_chosen_at_run_time() {
         let q: Quota = quota.parse().unwrap();
         KeyedRateLimiter::<String, AnyAlgorithm>::builder(q)
             .clock(clock.clone())
-            .build_with(AnyAlgorithm::new(kind, &q).unwrap())
+            .algorithm(AnyAlgorithm::new(kind, &q).unwrap())
+            .build()
             .unwrap()
     };
     let limiter = Tiered::new(

@@ -200,7 +200,7 @@ impl From<UnknownAlgorithm> for AlgorithmError {
 /// given limiter); the README quotes the measured difference from the static
 /// type. Build the limiters with
 /// [`RateLimiter::from_algorithm`](crate::RateLimiter::from_algorithm) and
-/// [`KeyedRateLimiterBuilder::build_with`](crate::KeyedRateLimiterBuilder::build_with);
+/// [`KeyedRateLimiterBuilder::algorithm`](crate::KeyedRateLimiterBuilder::algorithm);
 /// [`Algorithm::from_quota`] alone is [`QuotaError::AlgorithmNotChosen`].
 ///
 /// Per-key state ([`AnyState`]) is one word for the four one-word

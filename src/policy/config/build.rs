@@ -53,7 +53,8 @@ impl Policy {
                     .clock(clock.clone())
                     .max_keys(max_keys)
                     .auto_sweep(sweep_interval)
-                    .build_with(algorithm)
+                    .algorithm(algorithm)
+                    .build()
                     .map_err(|e| self.field_error(name, e.to_string()))?;
                 Ok((name.clone(), limiter))
             })
