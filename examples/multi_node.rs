@@ -37,7 +37,8 @@
 
 #[cfg(feature = "redis")]
 mod run {
-    use rategate::redis::{LeasedLimiter, RedisLimiter, SyncAlgorithm, SyncedLimiter, WallClock};
+    use rategate::UnixClock;
+    use rategate::redis::{LeasedLimiter, RedisLimiter, SyncAlgorithm, SyncedLimiter};
     use rategate::{Clock, Decision, FixedWindow, Quota, TokenBucket};
     use std::collections::BTreeMap;
     use std::io::{BufRead, BufReader};
@@ -178,7 +179,7 @@ mod run {
         url: &str,
         prefix: &str,
         ms: u64,
-        wall: &WallClock,
+        wall: &UnixClock,
     ) -> SyncedLimiter<A> {
         SyncedLimiter::<A>::builder(Quota::per_second(LIMIT).unwrap())
             .url(url)
@@ -199,7 +200,7 @@ mod run {
         let prefix = mode.arg();
         let quota = Quota::per_second(LIMIT).unwrap();
         // The nodes' limiters and their own accounting read one clock.
-        let wall = WallClock::new();
+        let wall = UnixClock::new();
         let limiter = match mode {
             Mode::Centralized => Limiter::Central(
                 RedisLimiter::<FixedWindow>::builder(quota)

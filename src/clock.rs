@@ -1,14 +1,14 @@
 //! Time sources.
 //!
 //! A limiter reads time as `u64` nanoseconds since its clock's origin, through
-//! the [`Clock`] trait. Three clocks ship with the crate:
+//! the [`Clock`] trait. Four clocks ship with the crate:
 //!
 //! * [`QuantaClock`], the default: a TSC-backed [`quanta`] clock (the raw
 //!   counter where the OS vouches for its synchronization across cores,
 //!   else clamped per thread so that no thread sees time go backwards);
 //! * [`StdClock`]: [`std::time::Instant`], for platforms where the TSC is not
 //!   trusted;
-//! * [`UnixClock`]: the wall clock, nanoseconds since the Unix epoch, so
+//! * [`UnixClock`]: nanoseconds since the Unix epoch, so
 //!   that windows fall on Unix multiples of their period (a 1 h window
 //!   resets on the hour, and separate processes agree on window edges);
 //! * [`ManualClock`]: time moves only when a test says so; clones share one
@@ -312,26 +312,30 @@ impl Clock for QuantaClock {
 }
 
 /// The wall clock: nanoseconds since the Unix epoch (1970-01-01 00:00 UTC),
-/// read from [`SystemTime`] and clamped per thread so that it never goes
-/// back.
+/// read from [`SystemTime`] once, at creation, then advanced by a
+/// monotonic [`QuantaClock`]. Clones share the origin.
 ///
 /// # Which clock to choose
 ///
 /// For pure rate limiting keep the monotonic default ([`QuantaClock`]): it
-/// is cheaper (a TSC read, no system call) and immune to the wall clock
-/// being stepped. Choose `UnixClock` when windows must fall on the wall
-/// clock: with it a [`FixedWindow`](crate::FixedWindow) or
+/// starts at zero and nothing outside the process can move it. Choose
+/// `UnixClock` when time must mean the same thing in several processes or
+/// on the wall: with it a [`FixedWindow`](crate::FixedWindow) or
 /// [`SlidingWindowCounter`](crate::SlidingWindowCounter) of one hour resets
 /// on the hour, as an API's documented reset does, separate processes agree
-/// on window edges (to the accuracy of their clocks' synchronisation), and
-/// [`reset_at`](UnixClock::reset_at) reports the reset as a Unix time. (The
-/// Redis limiters' scripts already count in the server's Unix time.)
+/// on window edges and arrival times (to the accuracy of their clocks'
+/// synchronisation when they started: the Redis synced and leased limiters
+/// use it for that), and [`reset_at`](UnixClock::reset_at) reports the
+/// reset as a Unix time. (The Redis limiter's scripts count in the server's
+/// Unix time.)
 ///
-/// A wall clock stepped back (an NTP correction) counts as no time elapsed,
-/// per thread, until it passes the latest reading again: never extra grants.
-/// A step forward moves every window on at once. The leaky bucket keeps
-/// milliseconds below 2^41 from its clock's origin, which Unix time passes
-/// in 2039: use a monotonic clock for it.
+/// A later step of the system clock (an NTP correction) does not move a
+/// `UnixClock`, which never goes backwards; it drifts from the wall clock
+/// only as the processor's clock does (parts per million: a clock created
+/// anew, by a restart, reads the wall clock again). A reading is about
+/// 1.8 x 10^18 ns in 2026, within `u64` until the year 2554. The leaky
+/// bucket keeps milliseconds below 2^41 from its clock's origin, which Unix
+/// time passes in 2039: use a monotonic clock for it.
 ///
 /// # Examples
 ///
@@ -347,22 +351,24 @@ impl Clock for QuantaClock {
 /// assert_eq!(reset.as_secs() % 3600, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone)]
 pub struct UnixClock {
-    _private: (),
-}
-
-#[cfg(not(rategate_loom))]
-std::thread_local! {
-    /// The latest Unix time this thread has read through a [`UnixClock`]:
-    /// one scale for every `UnixClock`, so one mark serves all.
-    static LAST_UNIX: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The Unix time at creation, in nanoseconds.
+    anchor: u64,
+    since: QuantaClock,
 }
 
 impl UnixClock {
-    /// The wall clock.
+    /// A clock reading the Unix time now (0 if the system clock is before
+    /// 1970).
     pub fn new() -> Self {
-        UnixClock { _private: () }
+        let anchor = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, duration_to_nanos);
+        UnixClock {
+            anchor,
+            since: QuantaClock::new(),
+        }
     }
 
     /// When the state a `decision` of a limiter on this clock describes
@@ -373,30 +379,18 @@ impl UnixClock {
         let at = self.now().saturating_add(decision.reset_after_nanos());
         UNIX_EPOCH + Duration::from_nanos(at)
     }
+}
 
-    /// Nanoseconds since the epoch; 0 for a wall clock set before 1970.
-    fn raw() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, duration_to_nanos)
+impl Default for UnixClock {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 impl Clock for UnixClock {
-    #[cfg(not(rategate_loom))]
     #[inline]
     fn now(&self) -> u64 {
-        let raw = Self::raw();
-        LAST_UNIX.with(|last| {
-            let clamped = raw.max(last.get());
-            last.set(clamped);
-            clamped
-        })
-    }
-
-    #[cfg(rategate_loom)]
-    fn now(&self) -> u64 {
-        Self::raw()
+        self.anchor.saturating_add(self.since.now())
     }
 }
 

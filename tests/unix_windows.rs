@@ -66,7 +66,8 @@ fn unix_clock_reads_the_wall_clock_and_never_goes_back() {
         last = t;
     }
     let limiter =
-        RateLimiter::<FixedWindow, _>::with_clock(Quota::per_hour(5).unwrap(), clock).unwrap();
+        RateLimiter::<FixedWindow, _>::with_clock(Quota::per_hour(5).unwrap(), clock.clone())
+            .unwrap();
     let reset = clock.reset_at(&limiter.check());
     assert_eq!(
         reset.duration_since(UNIX_EPOCH).unwrap().as_secs() % 3600,

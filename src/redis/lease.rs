@@ -40,13 +40,14 @@
 //! budget granted and not returned, with a TTL of two periods plus 1 s (never
 //! shorter than the window on any node's clock: an early expiry would reopen
 //! the budget). Clocks: as for the synced limiter, every node needs the same
-//! origin ([`WallClock`]).
+//! origin ([`UnixClock`]).
 
 use super::RedisError;
 use super::connection::Target;
 use super::key::{KeySpace, quota_segment};
 use super::synced::store::{Lua, Record, Store};
-use super::synced::{Control, TaskSlot, WallClock};
+use super::synced::{Control, TaskSlot};
+use crate::UnixClock;
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};
 use crate::{CheckError, Clock, Decision, Quota};
@@ -263,7 +264,7 @@ impl Lease {
 /// # Ok(())
 /// # }
 /// ```
-pub struct LeasedLimiter<C: Clock = WallClock> {
+pub struct LeasedLimiter<C: Clock = UnixClock> {
     handle: Arc<Handle<C>>,
 }
 
@@ -344,16 +345,16 @@ impl<C> fmt::Debug for LeasedLimiterBuilder<C> {
     }
 }
 
-impl LeasedLimiter<WallClock> {
+impl LeasedLimiter<UnixClock> {
     /// A builder for `quota` per key: `limit` units per fixed window of the
     /// quota's period (its burst is not used). Name the server with
     /// [`url`](LeasedLimiterBuilder::url) or [`cluster`](LeasedLimiterBuilder::cluster).
-    pub fn builder(quota: Quota) -> LeasedLimiterBuilder<WallClock> {
+    pub fn builder(quota: Quota) -> LeasedLimiterBuilder<UnixClock> {
         LeasedLimiterBuilder {
             quota,
             target: None,
             prefix: "rategate".to_owned(),
-            clock: WallClock::new(),
+            clock: UnixClock::new(),
             interval: Duration::from_millis(100),
             timeout: Duration::from_millis(500),
             min_slice: None,
@@ -385,7 +386,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         self
     }
 
-    /// Reads time from `clock` (default [`WallClock`]). Every node must use
+    /// Reads time from `clock` (default [`UnixClock`]). Every node must use
     /// clocks with the same origin.
     pub fn clock<C2: Clock>(self, clock: C2) -> LeasedLimiterBuilder<C2> {
         LeasedLimiterBuilder {

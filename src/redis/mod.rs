@@ -51,4 +51,4 @@ pub use limiter::{
     BlockingRedisLimiter, RedisDecision, RedisLimiter, RedisLimiterBuilder, RedisStats, Source,
     TimeSource,
 };
-pub use synced::{SyncAlgorithm, SyncStats, SyncedLimiter, SyncedLimiterBuilder, WallClock};
+pub use synced::{SyncAlgorithm, SyncStats, SyncedLimiter, SyncedLimiterBuilder};

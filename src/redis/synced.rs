@@ -135,22 +135,19 @@
 //! # Clocks
 //!
 //! Windows and TATs are compared across nodes, so every node's clock must
-//! share one origin: the default [`WallClock`] counts nanoseconds since the
+//! share one origin: the default [`UnixClock`](crate::UnixClock) counts nanoseconds since the
 //! Unix epoch (nodes agree to within their NTP error), and tests use one
 //! [`ManualClock`](crate::ManualClock) for all nodes.
 
 mod degraded;
 mod merge;
 pub(crate) mod store;
-mod wall_clock;
-
-pub use wall_clock::WallClock;
 
 use super::RedisError;
 use super::connection::{Target, share_limiter};
 use super::key::{KeySpace, quota_segment};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
-use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota};
+use crate::{CheckError, Clock, Decision, KeyedRateLimiter, Quota, UnixClock};
 use dashmap::DashMap;
 use degraded::DegradedSlots;
 use merge::{Pending, Sealed, Shape};
@@ -302,7 +299,7 @@ struct Taken {
 /// # Ok(())
 /// # }
 /// ```
-pub struct SyncedLimiter<A: SyncAlgorithm, C: Clock = WallClock> {
+pub struct SyncedLimiter<A: SyncAlgorithm, C: Clock = UnixClock> {
     handle: Arc<Handle<A, C>>,
 }
 
@@ -465,15 +462,15 @@ impl<A, C> fmt::Debug for SyncedLimiterBuilder<A, C> {
     }
 }
 
-impl<A: SyncAlgorithm> SyncedLimiter<A, WallClock> {
+impl<A: SyncAlgorithm> SyncedLimiter<A, UnixClock> {
     /// A builder for `quota` per key. Name the server with
     /// [`url`](SyncedLimiterBuilder::url) or [`cluster`](SyncedLimiterBuilder::cluster).
-    pub fn builder(quota: Quota) -> SyncedLimiterBuilder<A, WallClock> {
+    pub fn builder(quota: Quota) -> SyncedLimiterBuilder<A, UnixClock> {
         SyncedLimiterBuilder {
             quota,
             target: None,
             prefix: "rategate".to_owned(),
-            clock: WallClock::new(),
+            clock: UnixClock::new(),
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
             local_share: 1.0,
@@ -506,7 +503,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
         self
     }
 
-    /// Reads time from `clock` (default [`WallClock`]). Every node must use
+    /// Reads time from `clock` (default [`UnixClock`](crate::UnixClock)). Every node must use
     /// clocks with the same origin.
     pub fn clock<C2: Clock>(self, clock: C2) -> SyncedLimiterBuilder<A, C2> {
         SyncedLimiterBuilder {
