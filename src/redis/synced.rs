@@ -135,7 +135,7 @@
 //! # Clocks
 //!
 //! Windows and TATs are compared across nodes, so every node's clock must
-//! share one origin: the default [`UnixClock`](crate::UnixClock) counts nanoseconds since the
+//! share one origin: the default [`UnixClock`] counts nanoseconds since the
 //! Unix epoch (nodes agree to within their NTP error), and tests use one
 //! [`ManualClock`](crate::ManualClock) for all nodes.
 
@@ -503,7 +503,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
         self
     }
 
-    /// Reads time from `clock` (default [`UnixClock`](crate::UnixClock)). Every node must use
+    /// Reads time from `clock` (default [`UnixClock`]). Every node must use
     /// clocks with the same origin.
     pub fn clock<C2: Clock>(self, clock: C2) -> SyncedLimiterBuilder<A, C2> {
         SyncedLimiterBuilder {
