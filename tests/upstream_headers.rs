@@ -42,11 +42,19 @@ fn github_primary_and_secondary_limits() {
         ],
         at(NOW),
     );
-    assert!(!spent.is_limited(), "403, not 429: the reset says when");
+    // GitHub answers a spent primary limit with 403 and 0 remaining: a
+    // limit, paused until the reset.
+    assert!(spent.is_limited());
     assert_eq!(spent.remaining(), Some(0));
     assert_eq!(spent.reset_after(), Some(Duration::from_secs(3600)));
     let secondary = UpstreamSignal::from_pairs(429, [("retry-after", "60")], at(NOW));
     assert_eq!(secondary.retry_after(), Some(Duration::from_secs(60)));
+    // The secondary limit may come as a 403 with Retry-After too; a 403
+    // without either is a refusal of another kind.
+    let secondary = UpstreamSignal::from_pairs(403, [("retry-after", "60")], at(NOW));
+    assert!(secondary.is_limited());
+    let forbidden = UpstreamSignal::from_pairs(403, [("x-ratelimit-remaining", "12")], at(NOW));
+    assert!(!forbidden.is_limited());
     // A reset given as seconds from now (other APIs' style).
     let delta = UpstreamSignal::from_pairs(200, [("x-ratelimit-reset", "42")], at(NOW));
     assert_eq!(delta.reset_after(), Some(Duration::from_secs(42)));

@@ -143,7 +143,7 @@ const BUCKETS: usize = 12;
 /// Buckets per period.
 const PER_PERIOD: usize = 4;
 
-/// Events (accepted responses, admissions) counted in `BUCKETS` buckets of
+/// Accepted responses counted in `BUCKETS` buckets of
 /// a quarter period each.
 #[derive(Debug)]
 struct Meter {
@@ -188,14 +188,6 @@ impl Meter {
         let bucket = &mut self.counts[Self::slot(self.newest)];
         *bucket = bucket.saturating_add(n);
         self.total = self.total.saturating_add(n);
-    }
-
-    /// The count over the last two periods.
-    fn recent(&mut self, now: u64) -> u64 {
-        self.roll(now);
-        (0..2 * PER_PERIOD as u64)
-            .map(|k| self.counts[Self::slot(self.newest.wrapping_sub(k))])
-            .fold(0, u64::saturating_add)
     }
 
     /// The rate per second over the last period (over the time since the
@@ -273,11 +265,15 @@ pub(crate) struct Throttle {
     /// Whether the limits' burst may go at once at the configured rate
     /// (otherwise the guard spreads its requests evenly).
     bursts: bool,
-    /// Admissions seen at the last response, responses seen, and
-    /// admissions over the last two periods: what is still in flight.
-    admitted: u64,
+    /// Responses seen: with the admissions, what is still in flight.
     responses: u64,
-    sent: Meter,
+    /// The period of measurement (ns): `Adaptation::every`, or four
+    /// requests at the configured rate if that is longer.
+    every: u64,
+    /// The longest pacing gap a header may impose (ns).
+    max_pause: u64,
+    /// The last advertised policy and how many answers in a row carried it.
+    policy_seen: Option<((u64, u64), u32)>,
 }
 
 impl Throttle {
@@ -285,7 +281,10 @@ impl Throttle {
     /// the configured quota's count per period.
     pub(crate) fn new(settings: Adaptation, base_gap: u64, limit: u64) -> Self {
         let settings = settings.sanitized();
-        let every = crate::clock::duration_to_nanos(settings.every);
+        // A period long enough to count something: at least four requests
+        // at the configured rate (a per-minute quota measures over
+        // periods of tens of seconds).
+        let every = crate::clock::duration_to_nanos(settings.every).max(base_gap.saturating_mul(4));
         Throttle {
             settings,
             base_gap,
@@ -310,9 +309,10 @@ impl Throttle {
             remaining_gap: 0,
             remaining_until: 0,
             bursts: false,
-            admitted: 0,
             responses: 0,
-            sent: Meter::new(every),
+            every,
+            max_pause: u64::MAX,
+            policy_seen: None,
         }
     }
 
@@ -324,22 +324,24 @@ impl Throttle {
         self.bursts = bursts;
     }
 
-    /// A response arrived, with `admitted` admissions so far: returns how
-    /// many admitted requests are still in flight (their responses not
-    /// seen), counting at most the admissions of the last two periods, so
-    /// that an application that does not observe every response is not
-    /// taken to have thousands in flight.
-    pub(crate) fn on_response(&mut self, admitted: u64, now: u64) -> u64 {
-        self.responses += 1;
-        let new = admitted.saturating_sub(self.admitted);
-        self.admitted = self.admitted.max(admitted);
-        self.sent.add_n(now, new);
-        let recent = self.sent.recent(now);
+    /// A response arrived, with `admitted` admissions so far and `recent`
+    /// of them in the last two periods: returns how many admitted requests
+    /// are still in flight (their responses not seen), at most the recent
+    /// ones, so that an application that does not observe every response
+    /// is not taken to have thousands in flight.
+    pub(crate) fn on_response(&mut self, admitted: u64, recent: u64) -> u64 {
+        self.responses = self.responses.saturating_add(1);
         admitted.saturating_sub(self.responses).min(recent)
     }
 
-    fn every(&self) -> u64 {
-        crate::clock::duration_to_nanos(self.settings.every)
+    /// The period of measurement, in nanoseconds.
+    pub(crate) fn every(&self) -> u64 {
+        self.every
+    }
+
+    /// The longest gap a header may set (the guard's maximum pause).
+    pub(crate) fn set_max_pause(&mut self, max_pause: u64) {
+        self.max_pause = max_pause;
     }
 
     /// The accepted rate as a fraction of the configured one.
@@ -352,16 +354,18 @@ impl Throttle {
     }
 
     /// A 429: set the rate from the measured capacity, once per period.
-    pub(crate) fn on_limited(&mut self, now: u64) {
+    /// `sent`: the rate the guard admitted at over the last period, per
+    /// second.
+    pub(crate) fn on_limited(&mut self, now: u64, sent: f64) {
         let s = self.settings;
         if s.is_off()
             || self
                 .last_cut
-                .is_some_and(|t| now.saturating_sub(t) < self.every())
+                .is_some_and(|t| now.saturating_sub(t) < self.every)
         {
             return;
         }
-        let capacity = self.estimate(now).max(s.floor);
+        let capacity = self.estimate(now, sent).max(s.floor);
         if self.blind == 0 {
             // Only consecutive blind cuts compare episodes.
             self.episode = None;
@@ -386,7 +390,7 @@ impl Throttle {
         self.probe_step = s.step;
         // What is accepted from now on measures the upstream as it is now
         // (a limit just lowered shows in the next 429's measure).
-        self.accepted = Meter::new(self.every());
+        self.accepted = Meter::new(self.every);
         self.last_cut = Some(now);
         // Periods start at the first answer after the pause.
         self.period_start = None;
@@ -394,8 +398,16 @@ impl Throttle {
 
     /// The upstream's capacity at a 429, as a fraction of the configured
     /// rate, from the best evidence there is.
-    fn estimate(&mut self, now: u64) -> f64 {
+    fn estimate(&mut self, now: u64, sent: f64) -> f64 {
         let s = self.settings;
+        // The rate sent at, as a fraction of the configured rate, at most
+        // the guard's own rate.
+        // (Nothing admitted through the guard: its own rate.)
+        let sent = if self.base_gap > 0 && sent > 0.0 {
+            (sent * self.base_gap as f64 / 1e9).min(self.factor)
+        } else {
+            self.factor
+        };
         let blind_before = std::mem::take(&mut self.blind);
         // A rate that passed is a floor for the capacity only below the
         // rate that drew this 429; at or above it, the capacity fell.
@@ -412,7 +424,7 @@ impl Throttle {
         if let Some((Some(start), count)) = self.first_episode.take() {
             let first = count as f64 / self.limit.max(1) as f64;
             let lasted = now.saturating_sub(start);
-            if (period / 2..=period).contains(&lasted) && first < self.factor {
+            if (period / 2..=period).contains(&lasted) && first < sent {
                 return first;
             }
         }
@@ -429,8 +441,8 @@ impl Throttle {
         // Otherwise it took all that was sent in the last period (a
         // window's count reached): the measure cannot tell.
         if let Some(accepted) = accepted {
-            if accepted < self.factor * (1.0 - s.margin) - 2.0 / self.limit.max(1) as f64 {
-                return accepted.max(self.factor * MAX_CUT);
+            if accepted < sent * (1.0 - s.margin) - 2.0 / self.limit.max(1) as f64 {
+                return accepted.max(sent * MAX_CUT);
             }
         }
         // A probe past a known capacity confirms the fastest rate that
@@ -453,8 +465,8 @@ impl Throttle {
             if t2.abs_diff(t1) >= period / 2 && self.base_gap > 0 {
                 let per_ns = (n2 as f64 - n1 as f64) / (t2 as f64 - t1 as f64);
                 let fraction = per_ns * self.base_gap as f64;
-                if fraction > 0.0 && fraction < self.factor {
-                    return fraction.max(self.factor * MAX_CUT);
+                if fraction > 0.0 && fraction < sent {
+                    return fraction.max(sent * MAX_CUT);
                 }
             }
         }
@@ -465,9 +477,9 @@ impl Throttle {
             && passed == 0.0
             && self
                 .last_cut
-                .is_some_and(|t| now.saturating_sub(t) <= 3 * self.every());
+                .is_some_and(|t| now.saturating_sub(t) <= 3 * self.every);
         self.blind = if again { (blind_before * 2).min(4) } else { 1 };
-        let blind = self.factor * s.decrease.powi(self.blind as i32);
+        let blind = sent * s.decrease.powi(self.blind as i32);
         // `below` takes the margin off again.
         (blind / (1.0 - s.margin)).max(passed)
     }
@@ -475,8 +487,10 @@ impl Throttle {
     /// The rate to hold below a capacity: `margin` below it, and at least
     /// one request per period (an upstream counts whole requests).
     fn below(&self, capacity: f64) -> f64 {
+        // One request per period, but at most twice the margin: for a quota
+        // of 10 per minute one request is 10%.
         let one = if self.limit > 0 {
-            1.0 / self.limit as f64
+            (1.0 / self.limit as f64).min(2.0 * self.settings.margin)
         } else {
             0.0
         };
@@ -511,7 +525,7 @@ impl Throttle {
             }
         }
         let start = *self.period_start.get_or_insert(now);
-        if now.saturating_sub(start) < self.every() {
+        if now.saturating_sub(start) < self.every {
             return;
         }
         self.period_start = Some(now);
@@ -549,10 +563,18 @@ impl Throttle {
         self.streak = 0;
     }
 
-    /// An advertised `RateLimit-Policy`. One that changed ends any hold:
-    /// the guard paces at it (within the configured limits) at once.
+    /// An advertised `RateLimit-Policy`: it caps the pace at once. A changed
+    /// one ends a hold (the guard paces at it, within its configured
+    /// limits) when two answers in a row carry it: endpoints behind one
+    /// guard that advertise different policies do not undo a 429's cut.
     pub(crate) fn on_policy(&mut self, quota: u64, window: Duration) {
         let window = crate::clock::duration_to_nanos(window);
+        let key = (quota, window);
+        let seen = match self.policy_seen {
+            Some((k, n)) if k == key => n.saturating_add(1),
+            _ => 1,
+        };
+        self.policy_seen = Some((key, seen));
         let gap = u128::from(window) / u128::from(quota.max(1));
         let gap = u64::try_from(gap).unwrap_or(u64::MAX);
         // Paced a margin below the policy: even pacing at exactly the
@@ -560,14 +582,15 @@ impl Throttle {
         // response or a timer is late.
         let margin = 1.0 - self.settings.margin.max(0.01);
         self.policy_gap = (gap as f64 / margin) as u64;
-        if self.policy != Some((quota, window)) {
-            self.policy = Some((quota, window));
-            if self.base_gap > 0 && !self.settings.is_off() {
-                let fraction = self.base_gap as f64 / self.policy_gap.max(1) as f64;
-                self.capacity = Some(fraction.max(self.settings.floor));
-                self.factor = fraction.clamp(self.settings.floor, 1.0);
-                self.held = self.hold;
-            }
+        if seen < 2 || self.policy == Some(key) {
+            return;
+        }
+        self.policy = Some(key);
+        if self.base_gap > 0 && !self.settings.is_off() {
+            let fraction = self.base_gap as f64 / gap.max(1) as f64;
+            self.capacity = Some(fraction.max(self.settings.floor));
+            self.factor = fraction.clamp(self.settings.floor, 1.0);
+            self.held = self.hold;
         }
     }
 
@@ -583,23 +606,31 @@ impl Throttle {
         false
     }
 
-    /// Nanoseconds per unit of cost between admissions: the slower of the
-    /// configured rate scaled by the factor and the advertised policy (0:
-    /// the limits alone decide, bursts allowed).
-    pub(crate) fn steady_gap(&self) -> u64 {
-        let own = if self.base_gap > 0 && (self.factor < 1.0 || !self.bursts) {
+    /// The guard's own gap, from its configured rate and factor alone (0:
+    /// the limits decide).
+    pub(crate) fn own_gap(&self) -> u64 {
+        if self.base_gap > 0 && (self.factor < 1.0 || !self.bursts) {
             // factor >= floor >= 1e-6, so this is finite; saturating cast.
             (self.base_gap as f64 / self.factor) as u64
         } else {
             0
-        };
-        own.max(self.policy_gap)
+        }
+    }
+
+    /// Nanoseconds per unit of cost between admissions: the slower of the
+    /// configured rate scaled by the factor and the advertised policy (0:
+    /// the limits alone decide, bursts allowed).
+    pub(crate) fn steady_gap(&self) -> u64 {
+        let own = self.own_gap();
+        // A header's gap is a pause between two requests: capped as every
+        // pause is, whatever window a policy advertises.
+        own.max(self.policy_gap.min(self.max_pause))
     }
 
     /// The gap that spreads what remains until the upstream's reset, and
     /// the reset (guard clock, ns); `(0, 0)` when none.
     pub(crate) fn remaining_gap(&self) -> (u64, u64) {
-        (self.remaining_gap, self.remaining_until)
+        (self.remaining_gap.min(self.max_pause), self.remaining_until)
     }
 
     /// The gap at `now`: the slowest of the steady gap and what remains.
@@ -651,7 +682,7 @@ mod tests {
                     credit -= 1.0;
                     t.on_accepted(now);
                 } else {
-                    t.on_limited(now);
+                    t.on_limited(now, 0.0);
                     limited += 1;
                 }
                 now += sent_gap;
@@ -697,7 +728,7 @@ mod tests {
         for i in 0..80 {
             t.on_accepted(i * 10 * MS);
         }
-        t.on_limited(800 * MS);
+        t.on_limited(800 * MS, 0.0);
         // 80 per period, less one request per period.
         assert!((t.factor() - 0.79).abs() < 1e-9, "{}", t.factor());
     }
@@ -705,7 +736,7 @@ mod tests {
     #[test]
     fn blind_cuts_in_a_row_go_deeper() {
         let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
-        t.on_limited(0);
+        t.on_limited(0, 0.0);
         let first = t.factor();
         // Everything sent at that rate is taken, then another 429.
         let gap = (10.0 * MS as f64 / first) as u64;
@@ -714,7 +745,7 @@ mod tests {
             now += gap;
             t.on_accepted(now);
         }
-        t.on_limited(now);
+        t.on_limited(now, 0.0);
         let ratio = t.factor() / first;
         assert!((0.70..0.73).contains(&ratio), "{ratio}");
     }
@@ -732,7 +763,7 @@ mod tests {
                 tokens = (tokens + 80.0 * gap as f64 / 1e9).min(40.0);
                 *now += gap;
                 if tokens < 1.0 {
-                    t.on_limited(*now);
+                    t.on_limited(*now, 0.0);
                     return;
                 }
                 tokens -= 1.0;
@@ -754,8 +785,11 @@ mod tests {
     #[test]
     fn a_changed_policy_ends_a_hold() {
         let mut t = Throttle::new(Adaptation::default(), 10 * MS, 100);
-        t.on_limited(0);
+        t.on_limited(0, 0.0);
         assert!(t.factor() < 1.0);
+        // Slower than the guard's own rate: paces at once; a changed
+        // policy ends the hold on its second answer in a row.
+        t.on_policy(80, Duration::from_secs(1));
         t.on_policy(80, Duration::from_secs(1));
         let gap = t.gap(0);
         assert!(gap > 12_500_000 && gap < 12_800_000, "{gap}");
@@ -779,7 +813,7 @@ mod tests {
     fn adaptation_off_never_changes_the_rate() {
         let mut t = Throttle::new(Adaptation::OFF, 10 * MS, 100);
         for i in 0..10 {
-            t.on_limited(i * S);
+            t.on_limited(i * S, 0.0);
         }
         assert_eq!(t.factor(), 1.0);
     }
@@ -795,7 +829,7 @@ mod tests {
         };
         let mut t = Throttle::new(s, 1, 1);
         for i in 0..100 {
-            t.on_limited(i * MS);
+            t.on_limited(i * MS, 0.0);
             t.on_accepted(i * MS + 1);
         }
         assert!(t.factor() > 0.0);

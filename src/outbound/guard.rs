@@ -3,6 +3,7 @@
 
 use super::adapt::{Adaptation, Throttle};
 use super::headers::UpstreamSignal;
+use super::sent::SentMeter;
 use crate::Decision;
 use crate::clock::{Clock, QuantaClock, duration_to_nanos};
 use crate::policy::AllOf;
@@ -77,6 +78,9 @@ pub struct OutboundLimiter<C: Clock = QuantaClock> {
     /// Current pacing gap in ns per unit of cost (0: none), published by
     /// `observe` from the throttle.
     gap: AtomicU64,
+    /// The part of it from the configured rate and the adaptation alone
+    /// (not capped by `max_pause`, which caps what headers impose).
+    own_gap: AtomicU64,
     /// The gap that spreads what the upstream reports remaining, until its
     /// reset (guard clock, ns).
     remaining_gap: AtomicU64,
@@ -86,6 +90,8 @@ pub struct OutboundLimiter<C: Clock = QuantaClock> {
     /// load/store is enough.
     next_free: AtomicU64,
     throttle: Mutex<Throttle>,
+    /// Admissions per quarter period: what is in flight, the rate sent.
+    sent: SentMeter,
     checks: AtomicU64,
     admitted: AtomicU64,
     limited: AtomicU64,
@@ -216,20 +222,25 @@ impl<C: Clock> OutboundLimiter<C> {
         // burst is what the quota allows, and spreading it would hold
         // every call back.
         throttle.set_bursts(pacing.is_none_or(|q| q.period_nanos() > EVEN_UP_TO));
+        throttle.set_max_pause(DEFAULT_MAX_PAUSE);
         let gap = throttle.steady_gap();
+        let own_gap = throttle.own_gap();
+        let sent = SentMeter::new(throttle.every());
         OutboundLimiter {
             limits,
             clock,
             queue: Arc::new(WaitQueue::default()),
             jitter: Jitter::NONE,
-            max_pause: 3600 * 1_000_000_000,
+            max_pause: DEFAULT_MAX_PAUSE,
             fallback_pause: 1_000_000_000,
             pause_until: AtomicU64::new(0),
             gap: AtomicU64::new(gap),
+            own_gap: AtomicU64::new(own_gap),
             remaining_gap: AtomicU64::new(0),
             remaining_until: AtomicU64::new(0),
             next_free: AtomicU64::new(0),
             throttle: Mutex::new(throttle),
+            sent,
             checks: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             limited: AtomicU64::new(0),
@@ -248,6 +259,13 @@ impl<C: Clock> OutboundLimiter<C> {
     #[must_use]
     pub fn with_max_pause(mut self, max: Duration) -> Self {
         self.max_pause = duration_to_nanos(max);
+        let gap = {
+            let mut throttle = self.throttle.lock();
+            throttle.set_max_pause(self.max_pause);
+            throttle.steady_gap()
+        };
+        // Relaxed: not yet shared.
+        self.gap.store(gap, Ordering::Relaxed);
         self
     }
 
@@ -261,13 +279,19 @@ impl<C: Clock> OutboundLimiter<C> {
     /// How the guard's rate follows 429s ([`Adaptation::OFF`] to only
     /// pause).
     #[must_use]
-    pub fn with_adaptation(self, adaptation: Adaptation) -> Self {
-        {
+    pub fn with_adaptation(mut self, adaptation: Adaptation) -> Self {
+        let every = {
             let mut throttle = self.throttle.lock();
             let bursts = throttle.bursts();
             *throttle = Throttle::new(adaptation, throttle.base_gap_nanos(), throttle.limit());
             throttle.set_bursts(bursts);
-        }
+            throttle.set_max_pause(self.max_pause);
+            (throttle.every(), throttle.steady_gap(), throttle.own_gap())
+        };
+        self.sent = SentMeter::new(every.0);
+        // Relaxed: not yet shared.
+        self.gap.store(every.1, Ordering::Relaxed);
+        self.own_gap.store(every.2, Ordering::Relaxed);
         self
     }
 
@@ -281,10 +305,11 @@ impl<C: Clock> OutboundLimiter<C> {
         let gap = {
             let mut throttle = self.throttle.lock();
             throttle.set_bursts(bursts);
-            throttle.steady_gap()
+            (throttle.steady_gap(), throttle.own_gap())
         };
         // Relaxed: not yet shared.
-        self.gap.store(gap.min(self.max_pause), Ordering::Relaxed);
+        self.gap.store(gap.0, Ordering::Relaxed);
+        self.own_gap.store(gap.1, Ordering::Relaxed);
         self
     }
 
@@ -318,19 +343,29 @@ impl<C: Clock> OutboundLimiter<C> {
     pub fn observe(&self, signal: &UpstreamSignal) {
         let now = self.clock.now();
         let mut pause = None;
-        let (steady, (remaining_gap, remaining_until)) = {
+        let before = self.gap_at(now);
+        let (steady, own, (remaining_gap, remaining_until)) = {
             let mut throttle = self.throttle.lock();
-            let in_flight = throttle.on_response(self.admitted.load(Ordering::Relaxed), now);
+            let admitted = self.admitted.load(Ordering::Relaxed);
+            let recent = self.sent.recent(now, 8);
+            let in_flight = throttle.on_response(admitted, recent);
             if signal.is_limited() {
                 self.limited.fetch_add(1, Ordering::Relaxed);
                 // A 503 is an outage, not a limit: it pauses only.
-                if signal.status() == 429 {
-                    throttle.on_limited(now);
+                if !signal.is_outage() {
+                    throttle.on_limited(now, self.sent.per_second(now));
                 }
+                // Without a `Retry-After`, the reset of the limit the answer
+                // reports, if that one is spent (a limit with requests left
+                // is not the one that refused): else the fallback.
+                let spent_reset = match signal.remaining() {
+                    None | Some(0) => signal.reset_after(),
+                    Some(_) => None,
+                };
                 pause = Some(
                     signal
                         .retry_after()
-                        .or(signal.reset_after())
+                        .or(spent_reset)
                         .map_or(self.fallback_pause, duration_to_nanos),
                 );
             } else {
@@ -351,18 +386,33 @@ impl<C: Clock> OutboundLimiter<C> {
             if let Some(pause) = pause {
                 throttle.on_pause(now.saturating_add(pause.min(self.max_pause)));
             }
-            (throttle.steady_gap(), throttle.remaining_gap())
+            (
+                throttle.steady_gap(),
+                throttle.own_gap(),
+                throttle.remaining_gap(),
+            )
         };
-        // A pacing gap is a pause between two requests: capped as every
-        // pause is, whatever window a policy advertises.
         // Relaxed: pacing parameters; a head that reads a previous value
         // paces one request by it.
-        self.gap
-            .store(steady.min(self.max_pause), Ordering::Relaxed);
-        self.remaining_gap
-            .store(remaining_gap.min(self.max_pause), Ordering::Relaxed);
+        self.gap.store(steady, Ordering::Relaxed);
+        self.own_gap.store(own, Ordering::Relaxed);
+        self.remaining_gap.store(remaining_gap, Ordering::Relaxed);
         self.remaining_until
             .store(remaining_until, Ordering::Relaxed);
+        let after = self.gap_at(now);
+        if after < before {
+            // A faster pace (a corrected header, a raised limit) shortens
+            // the wait already scheduled in proportion. Relaxed: a pacing
+            // parameter; the head's own store after an admission wins a
+            // race, which only paces one request by the older gap.
+            let next = self.next_free.load(Ordering::Relaxed);
+            if next > now {
+                let scaled = u128::from(next - now) * u128::from(after) / u128::from(before.max(1));
+                let scaled = u64::try_from(scaled).unwrap_or(u64::MAX);
+                self.next_free
+                    .fetch_min(now.saturating_add(scaled), Ordering::Relaxed);
+            }
+        }
         if let Some(pause) = pause {
             let until = now.saturating_add(pause.min(self.max_pause));
             // Release/Acquire with the admission's load: an admission that
@@ -495,6 +545,9 @@ impl<C: Clock> OutboundLimiter<C> {
     }
 }
 
+/// The longest pause by default: an hour, GitHub's longest window.
+const DEFAULT_MAX_PAUSE: u64 = 3600 * 1_000_000_000;
+
 /// The longest period over which the guard spreads calls evenly by
 /// default: a minute.
 const EVEN_UP_TO: u64 = 60 * 1_000_000_000;
@@ -554,6 +607,7 @@ impl<C: Clock> OutboundLimiter<C> {
         let step = step_of(self.limits.check_n(cost)?)?;
         if let Step::Pass(_) = step {
             self.admitted.fetch_add(1, Ordering::Relaxed);
+            self.sent.record(now, u64::from(cost));
             let gap = self.gap_at(now);
             if gap > 0 {
                 // Keep the schedule rather than restart it from `now`: a
@@ -562,11 +616,27 @@ impl<C: Clock> OutboundLimiter<C> {
                 // rate. Lateness beyond that is idleness and is not
                 // credited, so no burst follows a pause.
                 const TIMER_SLACK: u64 = 1_000_000;
-                let step = gap.saturating_mul(u64::from(cost));
+                // What headers impose on a costly call waits no longer than
+                // any pause may last; the configured rate is kept.
+                let own = self.own_gap.load(Ordering::Relaxed);
+                let step = gap
+                    .saturating_mul(u64::from(cost))
+                    .min(self.max_pause)
+                    .max(own.saturating_mul(u64::from(cost)));
                 let previous = self.next_free.load(Ordering::Relaxed);
-                let next = previous
-                    .max(now.saturating_sub(TIMER_SLACK.min(step)))
-                    .saturating_add(step);
+                let start = previous.max(now.saturating_sub(TIMER_SLACK.min(step)));
+                let mut next = start.saturating_add(step);
+                // Spreading what remains ends at the upstream's reset.
+                let until = self.remaining_until.load(Ordering::Relaxed);
+                if now < until {
+                    let steady = self.gap.load(Ordering::Relaxed);
+                    let steady_step = steady
+                        .saturating_mul(u64::from(cost))
+                        .min(self.max_pause)
+                        .max(own.saturating_mul(u64::from(cost)));
+                    let steady_next = start.saturating_add(steady_step);
+                    next = next.min(until.max(steady_next));
+                }
                 self.next_free.store(next, Ordering::Relaxed);
             }
         }

@@ -120,11 +120,13 @@ impl UpstreamSignal {
             status,
             ..Default::default()
         };
+        let mut reports = Reports::default();
         for (name, value) in headers {
             if let Some(&name) = NAMES.iter().find(|n| n.eq_ignore_ascii_case(name)) {
-                signal.read(name, value.trim(), now);
+                signal.read(&mut reports, name, value.trim(), now);
             }
         }
+        signal.settle(reports);
         signal
     }
 
@@ -136,30 +138,32 @@ impl UpstreamSignal {
             status: status.as_u16(),
             ..Default::default()
         };
+        let mut reports = Reports::default();
         for name in NAMES {
             for value in headers.get_all(name) {
                 match value.to_str() {
-                    Ok(v) => signal.read(name, v.trim(), now),
+                    Ok(v) => signal.read(&mut reports, name, v.trim(), now),
                     Err(_) => signal.errors.push(HeaderError::NotText { name }),
                 }
             }
         }
+        signal.settle(reports);
         signal
     }
 
-    fn read(&mut self, name: &'static str, value: &str, now: SystemTime) {
+    fn read(&mut self, reports: &mut Reports, name: &'static str, value: &str, now: SystemTime) {
         let result = match name {
             // Several fields: the longest wait, the most conservative.
             "retry-after" => parse_retry_after(value, now)
                 .map(|d| self.retry_after = Some(self.retry_after.map_or(d, |r| r.max(d)))),
             "x-ratelimit-remaining" | "ratelimit-remaining" | "x-rate-limit-remaining" => {
-                parse_count(name, value).map(|n| self.set_remaining(n))
+                parse_count(name, value).map(|n| reports.family(name).0.push(n))
             }
             "x-ratelimit-reset" | "x-rate-limit-reset" => {
-                parse_reset(name, value, now).map(|d| self.set_reset(d))
+                parse_reset(name, value, now).map(|d| reports.family(name).1.push(d))
             }
-            "ratelimit-reset" => parse_seconds(name, value).map(|d| self.set_reset(d)),
-            "ratelimit" => self.read_ratelimit(value),
+            "ratelimit-reset" => parse_seconds(name, value).map(|d| reports.family(name).1.push(d)),
+            "ratelimit" => read_ratelimit(value, &mut reports.items, &mut self.errors),
             "ratelimit-policy" => self.read_policy(value),
             _ => Ok(()),
         };
@@ -168,70 +172,36 @@ impl UpstreamSignal {
         }
     }
 
-    fn set_remaining(&mut self, n: u64) {
-        self.remaining = Some(self.remaining.map_or(n, |r| r.min(n)));
-    }
-
-    fn set_reset(&mut self, d: Duration) {
-        self.reset_after = Some(self.reset_after.map_or(d, |r| r.max(d)));
-    }
-
-    /// `RateLimit`: for each listed limit, its remaining quota (`r`, or
-    /// draft 07's `remaining`) and reset (`t`, or `reset`). The most
-    /// exhausted limit wins: the smallest remaining, and among the
-    /// exhausted ones the latest reset. An item with a bad parameter is
-    /// skipped (and reported); the others still count.
-    fn read_ratelimit(&mut self, value: &str) -> Result<(), HeaderError> {
-        const NAME: &str = "ratelimit";
-        let mut items: Vec<(Option<u64>, Option<Duration>)> = Vec::new();
-        let mut draft7 = (None, None);
-        for item in value.split(',') {
-            let mut r = None;
-            let mut t = None;
-            let mut parsed = || -> Result<(), HeaderError> {
-                for param in item.split(';').map(str::trim) {
-                    let Some((key, v)) = param.split_once('=') else {
-                        continue; // the limit's name
-                    };
-                    match key.trim() {
-                        "r" => r = Some(parse_count(NAME, v)?),
-                        "t" => t = Some(parse_seconds(NAME, v)?),
-                        "remaining" => draft7.0 = Some(parse_count(NAME, v)?),
-                        "reset" => draft7.1 = Some(parse_seconds(NAME, v)?),
-                        _ => {}
-                    }
-                }
-                Ok(())
-            };
-            match parsed() {
-                Ok(()) if r.is_some() || t.is_some() => items.push((r, t)),
-                Ok(()) => {}
-                Err(e) => self.errors.push(e),
-            }
+    /// Pairs each reported limit's remaining with its own reset, and keeps
+    /// the limit that binds: the one with the fewest requests left per
+    /// second until its reset (an exhausted one first; among those, the
+    /// latest reset). A field's remaining and reset fields pair in order
+    /// (a proxy's and the origin's both sent). Without any complete pair,
+    /// the fewest remaining and the latest reset.
+    fn settle(&mut self, reports: Reports) {
+        let mut pairs = reports.items;
+        for (remaining, resets) in reports.families {
+            let n = remaining.len().max(resets.len());
+            pairs.extend((0..n).map(|i| (remaining.get(i).copied(), resets.get(i).copied())));
         }
-        if draft7 != (None, None) {
-            items.push(draft7);
+        let binding =
+            pairs
+                .iter()
+                .filter_map(|&(r, t)| Some((r?, t?)))
+                .min_by(|&(r1, t1), &(r2, t2)| {
+                    // r1 / t1 < r2 / t2  <=>  r1 * t2 < r2 * t1; ties: the
+                    // later reset.
+                    (u128::from(r1) * t2.as_nanos())
+                        .cmp(&(u128::from(r2) * t1.as_nanos()))
+                        .then(t2.cmp(&t1))
+                });
+        if let Some((r, t)) = binding {
+            self.remaining = Some(r);
+            self.reset_after = Some(t);
+        } else {
+            self.remaining = pairs.iter().filter_map(|p| p.0).min();
+            self.reset_after = pairs.iter().filter_map(|p| p.1).max();
         }
-        if items.is_empty() {
-            return Err(invalid(NAME, value));
-        }
-        for (r, t) in items {
-            if let Some(r) = r {
-                self.set_remaining(r);
-            }
-            // A reset matters for pausing only on an exhausted limit;
-            // others' resets are recorded only if nothing else is.
-            if let Some(t) = t
-                && (r == Some(0) || self.reset_after.is_none())
-            {
-                if r == Some(0) {
-                    self.reset_after = Some(self.reset_after.map_or(t, |x| x.max(t)));
-                } else {
-                    self.reset_after = Some(t);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// `RateLimit-Policy`: `q` requests (quota units) per `w` seconds per
@@ -242,31 +212,41 @@ impl UpstreamSignal {
         for item in value.split(',') {
             let mut q = None;
             let mut w = None;
-            for (i, param) in item.split(';').map(str::trim).enumerate() {
-                match param.split_once('=') {
-                    Some(("q", v)) => q = Some(parse_count(NAME, v)?),
-                    Some(("w", v)) => w = Some(parse_seconds(NAME, v)?),
-                    Some(_) => {}
-                    None if i == 0 && param.bytes().all(|b| b.is_ascii_digit()) => {
-                        q = Some(parse_count(NAME, param)?);
+            let mut parsed = || -> Result<(), HeaderError> {
+                for (i, param) in item.split(';').map(str::trim).enumerate() {
+                    match param.split_once('=') {
+                        Some(("q", v)) => q = Some(parse_count(NAME, v)?),
+                        Some(("w", v)) => w = Some(parse_seconds(NAME, v)?),
+                        Some(_) => {}
+                        None if i == 0 && param.bytes().all(|b| b.is_ascii_digit()) => {
+                            q = Some(parse_count(NAME, param)?);
+                        }
+                        None => {}
                     }
-                    None => {}
                 }
+                Ok(())
+            };
+            // An item with a bad parameter is skipped (and reported); the
+            // others still count.
+            if let Err(e) = parsed() {
+                self.errors.push(e);
+                continue;
             }
             // The draft's default window is one second... only in some
             // revisions; without a window the policy says nothing usable.
-            if let (Some(q), Some(w)) = (q, w)
-                && q > 0
-                && !w.is_zero()
-            {
-                found = true;
-                let slower = match self.policy {
-                    None => true,
-                    // q/w < q0/w0  <=>  q * w0 < q0 * w
-                    Some((q0, w0)) => u128::from(q) * w0.as_nanos() < u128::from(q0) * w.as_nanos(),
-                };
-                if slower {
-                    self.policy = Some((q, w));
+            if let (Some(q), Some(w)) = (q, w) {
+                if q > 0 && !w.is_zero() {
+                    found = true;
+                    let slower = match self.policy {
+                        None => true,
+                        // q/w < q0/w0  <=>  q * w0 < q0 * w
+                        Some((q0, w0)) => {
+                            u128::from(q) * w0.as_nanos() < u128::from(q0) * w.as_nanos()
+                        }
+                    };
+                    if slower {
+                        self.policy = Some((q, w));
+                    }
                 }
             }
         }
@@ -282,10 +262,22 @@ impl UpstreamSignal {
         self.status
     }
 
-    /// Whether the upstream refused the request for its rate limit: 429, or
-    /// 503 with a `Retry-After`.
+    /// Whether the upstream refused the request for its rate limit: 429;
+    /// 503 with a `Retry-After`; or 403 with a `Retry-After` or 0 remaining
+    /// (GitHub's secondary and primary limits).
     pub fn is_limited(&self) -> bool {
-        self.status == 429 || (self.status == 503 && self.retry_after.is_some())
+        match self.status {
+            429 => true,
+            503 => self.retry_after.is_some(),
+            403 => self.retry_after.is_some() || self.remaining == Some(0),
+            _ => false,
+        }
+    }
+
+    /// Whether the answer is an outage (503) rather than a limit: the
+    /// guard pauses for it without lowering its rate.
+    pub fn is_outage(&self) -> bool {
+        self.status == 503
     }
 
     /// `Retry-After`, as a wait from the response's arrival (zero for a
@@ -294,12 +286,16 @@ impl UpstreamSignal {
         self.retry_after
     }
 
-    /// The fewest requests left in any reported limit.
+    /// The requests left in the reported limit that binds: the fewest left
+    /// per second until its reset (see [`reset_after`](Self::reset_after)).
     pub fn remaining(&self) -> Option<u64> {
         self.remaining
     }
 
-    /// When the (exhausted) limit resets, from the response's arrival.
+    /// When the binding limit resets, from the response's arrival: with
+    /// several limits reported (`RateLimit` items, or a proxy's and the
+    /// origin's fields), each remaining pairs with its own reset, and the
+    /// one with the fewest requests left per second wins.
     pub fn reset_after(&self) -> Option<Duration> {
         self.reset_after
     }
@@ -313,6 +309,72 @@ impl UpstreamSignal {
     pub fn errors(&self) -> &[HeaderError] {
         &self.errors
     }
+}
+
+/// The limits a response reports, before they are paired: `RateLimit`'s
+/// items, and per field family (`X-RateLimit-*`, `RateLimit-*`,
+/// `X-Rate-Limit-*`) its remaining and reset values in order.
+#[derive(Default)]
+struct Reports {
+    items: Vec<(Option<u64>, Option<Duration>)>,
+    families: [(Vec<u64>, Vec<Duration>); 3],
+}
+
+impl Reports {
+    fn family(&mut self, name: &str) -> &mut (Vec<u64>, Vec<Duration>) {
+        let i = if name.starts_with("x-ratelimit") {
+            0
+        } else if name.starts_with("ratelimit") {
+            1
+        } else {
+            2
+        };
+        &mut self.families[i]
+    }
+}
+
+/// `RateLimit`: for each listed limit, its remaining quota (`r`, or draft
+/// 07's `remaining`) and reset (`t`, or `reset`), into `items`. An item
+/// with a bad parameter is skipped (and reported); the others still count.
+fn read_ratelimit(
+    value: &str,
+    items: &mut Vec<(Option<u64>, Option<Duration>)>,
+    errors: &mut Vec<HeaderError>,
+) -> Result<(), HeaderError> {
+    const NAME: &str = "ratelimit";
+    let before = items.len();
+    let mut draft7 = (None, None);
+    for item in value.split(',') {
+        let mut r = None;
+        let mut t = None;
+        let mut parsed = || -> Result<(), HeaderError> {
+            for param in item.split(';').map(str::trim) {
+                let Some((key, v)) = param.split_once('=') else {
+                    continue; // the limit's name
+                };
+                match key.trim() {
+                    "r" => r = Some(parse_count(NAME, v)?),
+                    "t" => t = Some(parse_seconds(NAME, v)?),
+                    "remaining" => draft7.0 = Some(parse_count(NAME, v)?),
+                    "reset" => draft7.1 = Some(parse_seconds(NAME, v)?),
+                    _ => {}
+                }
+            }
+            Ok(())
+        };
+        match parsed() {
+            Ok(()) if r.is_some() || t.is_some() => items.push((r, t)),
+            Ok(()) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    if draft7 != (None, None) {
+        items.push(draft7);
+    }
+    if items.len() == before {
+        return Err(invalid(NAME, value));
+    }
+    Ok(())
 }
 
 fn invalid(name: &'static str, value: &str) -> HeaderError {

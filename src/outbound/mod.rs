@@ -7,6 +7,7 @@ mod adapt;
 mod guard;
 mod headers;
 pub mod presets;
+mod sent;
 
 pub use adapt::Adaptation;
 pub use guard::{OutboundLimiter, OutboundStats};
