@@ -85,10 +85,15 @@ pub struct OutboundLimiter<C: Clock = QuantaClock> {
     /// reset (guard clock, ns).
     remaining_gap: AtomicU64,
     remaining_until: AtomicU64,
-    /// Earliest time the next paced admission may go. Written only by the
-    /// queue's head (the fast path is off while pacing), so a plain
-    /// load/store is enough.
+    /// Earliest time the next paced admission may go. Stored by the queue's
+    /// head after an admission (the fast path is off while pacing, so one
+    /// admitter at a time), and only lowered by `observe` (`fetch_min`) when
+    /// the pace quickens; a head's store that races a lowering paces one
+    /// request by the older gap, which is harmless.
     next_free: AtomicU64,
+    /// The earliest next admission by the configured rate alone, after the
+    /// last one: a faster header never schedules before it.
+    own_next: AtomicU64,
     throttle: Mutex<Throttle>,
     /// Admissions per quarter period: what is in flight, the rate sent.
     sent: SentMeter,
@@ -239,6 +244,7 @@ impl<C: Clock> OutboundLimiter<C> {
             remaining_gap: AtomicU64::new(0),
             remaining_until: AtomicU64::new(0),
             next_free: AtomicU64::new(0),
+            own_next: AtomicU64::new(0),
             throttle: Mutex::new(throttle),
             sent,
             checks: AtomicU64::new(0),
@@ -358,8 +364,9 @@ impl<C: Clock> OutboundLimiter<C> {
                 // Without a `Retry-After`, the reset of the limit the answer
                 // reports, if that one is spent (a limit with requests left
                 // is not the one that refused): else the fallback.
+                // A reset already past (clock skew) names no time either.
                 let spent_reset = match signal.remaining() {
-                    None | Some(0) => signal.reset_after(),
+                    None | Some(0) => signal.reset_after().filter(|d| !d.is_zero()),
                     Some(_) => None,
                 };
                 pause = Some(
@@ -405,12 +412,15 @@ impl<C: Clock> OutboundLimiter<C> {
             // the wait already scheduled in proportion. Relaxed: a pacing
             // parameter; the head's own store after an admission wins a
             // race, which only paces one request by the older gap.
+            // Never before what the configured rate alone allows after the
+            // last admission.
             let next = self.next_free.load(Ordering::Relaxed);
             if next > now {
                 let scaled = u128::from(next - now) * u128::from(after) / u128::from(before.max(1));
                 let scaled = u64::try_from(scaled).unwrap_or(u64::MAX);
+                let floor = self.own_next.load(Ordering::Relaxed);
                 self.next_free
-                    .fetch_min(now.saturating_add(scaled), Ordering::Relaxed);
+                    .fetch_min(now.saturating_add(scaled).max(floor), Ordering::Relaxed);
             }
         }
         if let Some(pause) = pause {
@@ -638,6 +648,10 @@ impl<C: Clock> OutboundLimiter<C> {
                     next = next.min(until.max(steady_next));
                 }
                 self.next_free.store(next, Ordering::Relaxed);
+                self.own_next.store(
+                    start.saturating_add(own.saturating_mul(u64::from(cost))),
+                    Ordering::Relaxed,
+                );
             }
         }
         Ok(step)

@@ -156,13 +156,23 @@ impl UpstreamSignal {
             // Several fields: the longest wait, the most conservative.
             "retry-after" => parse_retry_after(value, now)
                 .map(|d| self.retry_after = Some(self.retry_after.map_or(d, |r| r.max(d)))),
+            // A value that does not parse keeps its place (as `None`), so
+            // that later fields still pair with their own.
             "x-ratelimit-remaining" | "ratelimit-remaining" | "x-rate-limit-remaining" => {
-                parse_count(name, value).map(|n| reports.family(name).0.push(n))
+                let n = parse_count(name, value);
+                reports.family(name).0.push(n.as_ref().ok().copied());
+                n.map(drop)
             }
             "x-ratelimit-reset" | "x-rate-limit-reset" => {
-                parse_reset(name, value, now).map(|d| reports.family(name).1.push(d))
+                let d = parse_reset(name, value, now);
+                reports.family(name).1.push(d.as_ref().ok().copied());
+                d.map(drop)
             }
-            "ratelimit-reset" => parse_seconds(name, value).map(|d| reports.family(name).1.push(d)),
+            "ratelimit-reset" => {
+                let d = parse_seconds(name, value);
+                reports.family(name).1.push(d.as_ref().ok().copied());
+                d.map(drop)
+            }
             "ratelimit" => read_ratelimit(value, &mut reports.items, &mut self.errors),
             "ratelimit-policy" => self.read_policy(value),
             _ => Ok(()),
@@ -173,26 +183,42 @@ impl UpstreamSignal {
     }
 
     /// Pairs each reported limit's remaining with its own reset, and keeps
-    /// the limit that binds: the one with the fewest requests left per
-    /// second until its reset (an exhausted one first; among those, the
-    /// latest reset). A field's remaining and reset fields pair in order
-    /// (a proxy's and the origin's both sent). Without any complete pair,
-    /// the fewest remaining and the latest reset.
+    /// the limit that binds: a spent one first (the latest of their
+    /// resets), else the one with the fewest requests left per second
+    /// until its reset. A family's remaining and reset fields pair in order
+    /// (a proxy's and the origin's both sent; a value that does not parse
+    /// keeps its place). Without any complete pair, the fewest remaining
+    /// and the latest reset.
     fn settle(&mut self, reports: Reports) {
         let mut pairs = reports.items;
         for (remaining, resets) in reports.families {
             let n = remaining.len().max(resets.len());
-            pairs.extend((0..n).map(|i| (remaining.get(i).copied(), resets.get(i).copied())));
+            pairs.extend((0..n).map(|i| {
+                (
+                    remaining.get(i).copied().flatten(),
+                    resets.get(i).copied().flatten(),
+                )
+            }));
+        }
+        if pairs.iter().any(|p| p.0 == Some(0)) {
+            self.remaining = Some(0);
+            self.reset_after = pairs
+                .iter()
+                .filter(|p| p.0 == Some(0))
+                .filter_map(|p| p.1)
+                .max();
+            return;
         }
         let binding =
             pairs
                 .iter()
                 .filter_map(|&(r, t)| Some((r?, t?)))
                 .min_by(|&(r1, t1), &(r2, t2)| {
-                    // r1 / t1 < r2 / t2  <=>  r1 * t2 < r2 * t1; ties: the
-                    // later reset.
-                    (u128::from(r1) * t2.as_nanos())
-                        .cmp(&(u128::from(r2) * t1.as_nanos()))
+                    // r1 / t1 < r2 / t2  <=>  r1 * t2 < r2 * t1, saturating (a
+                    // tie between absurd values is harmless); ties: the later
+                    // reset.
+                    (u128::from(r1).saturating_mul(t2.as_nanos()))
+                        .cmp(&u128::from(r2).saturating_mul(t1.as_nanos()))
                         .then(t2.cmp(&t1))
                 });
         if let Some((r, t)) = binding {
@@ -241,7 +267,8 @@ impl UpstreamSignal {
                         None => true,
                         // q/w < q0/w0  <=>  q * w0 < q0 * w
                         Some((q0, w0)) => {
-                            u128::from(q) * w0.as_nanos() < u128::from(q0) * w.as_nanos()
+                            u128::from(q).saturating_mul(w0.as_nanos())
+                                < u128::from(q0).saturating_mul(w.as_nanos())
                         }
                     };
                     if slower {
@@ -317,11 +344,15 @@ impl UpstreamSignal {
 #[derive(Default)]
 struct Reports {
     items: Vec<(Option<u64>, Option<Duration>)>,
-    families: [(Vec<u64>, Vec<Duration>); 3],
+    families: [Family; 3],
 }
 
+/// One field family's remaining and reset values, in order (`None`: a
+/// value that did not parse).
+type Family = (Vec<Option<u64>>, Vec<Option<Duration>>);
+
 impl Reports {
-    fn family(&mut self, name: &str) -> &mut (Vec<u64>, Vec<Duration>) {
+    fn family(&mut self, name: &str) -> &mut Family {
         let i = if name.starts_with("x-ratelimit") {
             0
         } else if name.starts_with("ratelimit") {
