@@ -33,8 +33,8 @@ async fn admit_ms(g: &OutboundLimiter<TokioClock>, cost: u32) -> u64 {
 }
 
 // ---------------------------------------------------------------------
-// an IETF `RateLimit` field listing two limits pairs the
-// smallest remaining of one limit with the reset of the other.
+// An IETF `RateLimit` field listing two limits: each remaining pairs
+// with its own reset.
 // ---------------------------------------------------------------------
 
 /// `RateLimit: "hour";r=4000;t=3000, "sec";r=3;t=1` says: 4000 left for
@@ -67,10 +67,9 @@ async fn ratelimit_with_two_limits_does_not_stall_the_guard() {
 }
 
 // ---------------------------------------------------------------------
-// the in-flight estimate credits every admission since the
-// last observed response to "now", so an application that observes only
-// some responses is taken to have all of them in flight, and a healthy
-// `remaining` pauses the guard until the reset.
+// Calls in flight are at most the admissions of the last two periods:
+// an application that observes some answers only is not paused until
+// the reset by a healthy `remaining`.
 // ---------------------------------------------------------------------
 
 /// 100 requests went out over 10 s (10/s), none observed; then one
@@ -99,9 +98,8 @@ async fn unobserved_old_admissions_are_not_taken_to_be_in_flight() {
 }
 
 // ---------------------------------------------------------------------
-// a capped gap times the cost is not capped: one admission of
-// cost N schedules the next one N gaps later, past max_pause and past
-// the upstream's reset.
+// A costly admission under a header's gap schedules the next one no
+// later than the maximum pause, and spreading ends at the reset.
 // ---------------------------------------------------------------------
 
 /// An upstream says 1 left until a reset in an hour; a call of cost 1000
@@ -126,8 +124,7 @@ async fn a_costly_admission_does_not_stall_past_max_pause() {
 }
 
 // ---------------------------------------------------------------------
-// a corrected header does not undo the schedule a broken one
-// set: `next_free` keeps the gap in force at the last admission.
+// A corrected header releases the schedule a broken one set.
 // ---------------------------------------------------------------------
 
 /// A broken `RateLimit-Policy: q=1;w=3600` sets a gap of an hour (capped);
@@ -146,14 +143,13 @@ async fn a_corrected_policy_releases_the_schedule_of_a_broken_one() {
 }
 
 // ---------------------------------------------------------------------
-// GitHub's secondary rate limit answers 403 with Retry-After;
-// the guard ignores it (only 429, and 503 with Retry-After, pause).
+// GitHub's secondary rate limit answers 403 with Retry-After: a limit.
 // ---------------------------------------------------------------------
 
 /// GitHub (for which the crate ships presets) documents: "you will
 /// receive a 403 or 429 response ... If the retry-after response header
 /// is present, you should not retry your request until after that many
-/// seconds has elapsed." The guard keeps sending.
+/// seconds has elapsed." The guard pauses for it.
 #[tokio::test(start_paused = true)]
 async fn a_403_with_retry_after_pauses() {
     let g = guard_of(limit(10, 10));
@@ -168,8 +164,8 @@ async fn a_403_with_retry_after_pauses() {
 }
 
 // ---------------------------------------------------------------------
-// a `RateLimit-Policy` item with a bad parameter discards the
-// items after it (but not those before): order-dependent.
+// A `RateLimit-Policy` item with a bad parameter is skipped; the items
+// around it still count, in any order.
 // ---------------------------------------------------------------------
 
 #[test]
@@ -223,15 +219,15 @@ async fn a_429_to_a_light_client_that_was_never_refused_is_a_blind_cut() {
 }
 
 // ---------------------------------------------------------------------
-// a 429 that names no time pauses until the reset of a limit
-// that is NOT exhausted (remaining > 0), up to max_pause.
+// A 429 that names no time pauses until a reported reset only when that
+// limit is spent (remaining 0); otherwise for the fallback pause.
 // ---------------------------------------------------------------------
 
 /// GitHub sends `x-ratelimit-*` of its primary (hourly) limit on every
 /// answer; a 429 from a secondary limit without Retry-After still carries
 /// `remaining: 4000, reset: in 50 min`. The hourly limit is not what
 /// refused: GitHub says wait until the reset only when remaining is 0,
-/// otherwise at least a minute. The guard pauses 50 minutes.
+/// otherwise at least a minute: the guard pauses for its fallback.
 #[tokio::test(start_paused = true)]
 async fn a_429_does_not_pause_until_the_reset_of_a_limit_with_plenty_left() {
     let g = guard_of(limit(10, 10));
@@ -263,9 +259,8 @@ async fn a_429_does_not_pause_until_the_reset_of_an_unexhausted_ratelimit_item()
 }
 
 // ---------------------------------------------------------------------
-// duplicated X-RateLimit fields (a proxy's per-second limit
-// and the origin's hourly one, both sent): min remaining paired with the
-// max reset, through `observe_http`.
+// Duplicated X-RateLimit fields (a proxy's per-second limit and the
+// origin's hourly one, both sent) pair in order, through `observe_http`.
 // ---------------------------------------------------------------------
 
 #[cfg(feature = "http")]
@@ -291,7 +286,7 @@ async fn duplicated_x_ratelimit_fields_do_not_stall_the_guard() {
 }
 
 // ---------------------------------------------------------------------
-// dropped waiters.
+// Waiters dropped during a pause leave no trace.
 // ---------------------------------------------------------------------
 
 /// waiters dropped by a timeout during a pause leave no trace.
@@ -309,9 +304,9 @@ async fn dropped_waiters_do_not_block_the_queue() {
 }
 
 // ---------------------------------------------------------------------
-// a max_pause shorter than the configured pacing gap: the
-// first observed response (even an empty 200) speeds the guard up past
-// its configured even pacing, and a 429's cut no longer slows it down.
+// A maximum pause shorter than the configured pacing gap caps what
+// headers impose only: observing answers keeps the configured pace, and
+// a 429's cut slows the guard down.
 // ---------------------------------------------------------------------
 
 fn per_minute(n: u32) -> Arc<RateLimiter<TokenBucket, TokioClock>> {
@@ -343,7 +338,7 @@ async fn a_short_max_pause_does_not_undo_pacing_or_a_429_cut() {
 }
 
 // ---------------------------------------------------------------------
-// a pause recorded while threads are admitting stops them.
+// A pause recorded while threads are admitting stops them.
 // ---------------------------------------------------------------------
 
 /// four threads admit through a bursty 1000/s guard; a 429 with
@@ -387,11 +382,10 @@ fn a_pause_stops_concurrent_blocking_waiters() {
 }
 
 // ---------------------------------------------------------------------
-// for a quota slower than one request per `every` (1 s), the
-// accepted rate "over the last period" is measured over 1 s and is ~0,
-// so every 429 is read as "the upstream took nothing": a guard sending at
-// exactly its configured 10/min, every answer accepted, drops to 0.4 on
-// one 429 and towards the floor on the next ones.
+// A quota slower than one request per `every` (1 s) is measured over a
+// period of at least four requests: a guard whose every answer was
+// accepted is cut blind on a 429, not read as "the upstream took
+// nothing".
 // ---------------------------------------------------------------------
 
 /// 10 per minute, paced evenly (6 s), every answer observed and accepted
@@ -424,10 +418,9 @@ async fn a_429_at_a_per_minute_quota_is_not_read_as_nothing_accepted() {
 }
 
 // ---------------------------------------------------------------------
-// a policy that differs from the previous response's (one
-// guard in front of two endpoints that advertise different policies)
-// counts as "changed" on every response and resets the rate learned from
-// 429s at once: the guard never slows down.
+// Endpoints behind one guard that advertise different policies, answers
+// alternating, do not undo the rate a 429 set: a changed policy ends a
+// hold only when two answers in a row carry it.
 // ---------------------------------------------------------------------
 
 /// Two endpoints advertise 100/s and 50/s (both above the guard's 10/s),

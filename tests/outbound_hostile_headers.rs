@@ -35,8 +35,8 @@ async fn admit_ms(g: &OutboundLimiter<TokioClock>, cost: u32) -> u64 {
 }
 
 // ---------------------------------------------------------------------
-// Parsing "never panics": the pairing's exact comparison multiplies a
-// saturated count by a saturated reset in u128 and overflows.
+// Parsing never panics: comparisons of absurd counts and resets
+// saturate.
 // ---------------------------------------------------------------------
 
 #[test]
@@ -56,7 +56,7 @@ fn huge_policy_items_do_not_panic() {
 
 // ---------------------------------------------------------------------
 // A spent limit that names no reset (`t` is optional in the IETF draft)
-// is dropped as soon as another limit reports a complete pair.
+// binds, whatever the other limits report.
 // ---------------------------------------------------------------------
 
 #[test]
@@ -70,9 +70,8 @@ fn a_spent_limit_without_reset_still_binds() {
 }
 
 // ---------------------------------------------------------------------
-// A faster pace shortens `next_free` in proportion to the gap, but the
-// schedule was not gap * cost (capped at the reset): the guard then
-// admits faster than its configured rate.
+// A faster pace shortens a scheduled wait, never below the configured
+// rate's gap after the last admission.
 // ---------------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
@@ -127,9 +126,8 @@ async fn a_faster_header_does_not_break_the_configured_rate_between_single_calls
 }
 
 // ---------------------------------------------------------------------
-// Pairing by order within a family: a field that does not parse is
-// skipped, so every later value shifts and one limit's remaining pairs
-// with another's reset.
+// Pairing by order within a family: a field that does not parse keeps
+// its place, so no limit's remaining pairs with another's reset.
 // ---------------------------------------------------------------------
 
 #[test]
