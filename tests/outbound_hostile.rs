@@ -5,32 +5,16 @@
 //! concurrent pauses. Each test states what a production user expects.
 #![cfg(feature = "tokio")]
 
+#[path = "support/outbound.rs"]
+mod support;
+
 use rategate::outbound::UpstreamSignal;
 use rategate::policy::{AllOf, Limit};
 use rategate::{OutboundLimiter, Quota, RateLimiter, TokenBucket, TokioClock};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use support::{admit_ms, answer, guard_of, limit};
 use tokio::time::Instant;
-
-fn limit(per_sec: u32, burst: u32) -> Arc<RateLimiter<TokenBucket, TokioClock>> {
-    let quota = Quota::per_second(per_sec).unwrap().burst(burst).unwrap();
-    Arc::new(RateLimiter::with_clock(quota, TokioClock::new()).unwrap())
-}
-
-fn guard_of(l: Arc<RateLimiter<TokenBucket, TokioClock>>) -> OutboundLimiter<TokioClock> {
-    OutboundLimiter::with_clock(AllOf::new([l as Arc<dyn Limit>]), TokioClock::new())
-}
-
-fn answer(status: u16, headers: &[(&str, &str)]) -> UpstreamSignal {
-    UpstreamSignal::from_pairs(status, headers.iter().copied(), SystemTime::now())
-}
-
-/// Milliseconds an admission of `cost` takes from now.
-async fn admit_ms(g: &OutboundLimiter<TokioClock>, cost: u32) -> u64 {
-    let start = Instant::now();
-    g.until_n_ready(cost).await.unwrap();
-    start.elapsed().as_millis() as u64
-}
 
 // ---------------------------------------------------------------------
 // An IETF `RateLimit` field listing two limits: each remaining pairs

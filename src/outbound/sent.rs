@@ -37,13 +37,16 @@ impl SentMeter {
 
     /// Counts `n` admissions at `now`.
     pub(crate) fn record(&self, now: u64, n: u64) {
-        // Relaxed: see below; only the first admission's time is kept.
-        let _ = self.first.compare_exchange(
-            0,
-            now.saturating_add(1),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        // Relaxed: see below; only the first admission's time is kept, and
+        // a load keeps the compare-exchange off every later admission.
+        if self.first.load(Ordering::Relaxed) == 0 {
+            let _ = self.first.compare_exchange(
+                0,
+                now.saturating_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         let index = now / self.width;
         let tag = Self::tag(index);
         let slot = &self.slots[(index % BUCKETS) as usize];
