@@ -689,18 +689,25 @@ fn a_cancelled_lone_call_never_answers_a_later_one() {
 /// A lone caller's future that is polled once and then neither polled nor
 /// dropped keeps the connection; callers queued meanwhile still get an
 /// answer (the store-down policy's) within the timeout of their asking.
+/// Replies pass through a proxy that holds them, so the first poll cannot
+/// already see the stalled call's answer.
 #[test]
 fn a_stalled_lone_call_does_not_hold_up_the_queue_past_its_deadline() {
     let rt = runtime();
     rt.block_on(async {
         let server = RedisServer::start();
-        let limiter = limiter(
-            &server,
-            Quota::per_second(1000).unwrap(),
-            StoreDown::FailClosed,
-        )
-        .await;
+        let proxy = delay_proxy::DelayProxy::start(server.port);
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_second(1000).unwrap())
+            .url(&proxy.url())
+            .prefix("faults")
+            .timeout(TIMEOUT)
+            .store_down(StoreDown::FailClosed)
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
         assert_eq!(limiter.check("warm").await.unwrap().source(), Source::Redis);
+        proxy.set_delay(Duration::from_secs(2));
         let mut stalled = std::pin::pin!(limiter.check("stalled"));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(stalled.as_mut().poll(&mut cx).is_pending());
