@@ -39,7 +39,9 @@ fn free_slot(c: &mut Criterion) {
     group.bench_function("pacer_wait", |b| b.iter(|| black_box(pacer.wait())));
 
     let own = Arc::new(RateLimiter::<TokenBucket>::new(quota).unwrap());
-    let guard = OutboundLimiter::new(AllOf::new([own as Arc<dyn Limit>])).with_bursts(true);
+    let guard = OutboundLimiter::builder(AllOf::new([own as Arc<dyn Limit>]))
+        .bursts(true)
+        .build();
     group.bench_function("outbound_until_ready", |b| {
         b.iter(|| black_box(ready(guard.until_ready())))
     });

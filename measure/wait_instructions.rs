@@ -60,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         "outbound" => {
-            let guard = OutboundLimiter::new(limiter()?).with_bursts(true);
+            let guard = OutboundLimiter::builder(limiter()?).bursts(true).build();
             for _ in 0..n {
                 black_box(ready(guard.until_ready()))?;
             }

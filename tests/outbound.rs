@@ -23,7 +23,12 @@ fn guard(limits: Vec<Arc<dyn Limit>>) -> Arc<OutboundLimiter<TokioClock>> {
 
 /// A guard that lets the limits' burst go at once.
 fn bursty(limits: Vec<Arc<dyn Limit>>) -> Arc<OutboundLimiter<TokioClock>> {
-    Arc::new(OutboundLimiter::with_clock(AllOf::new(limits), TokioClock::new()).with_bursts(true))
+    Arc::new(
+        OutboundLimiter::builder(AllOf::new(limits))
+            .clock(TokioClock::new())
+            .bursts(true)
+            .build(),
+    )
 }
 
 fn answer(status: u16, headers: &[(&str, &str)]) -> UpstreamSignal {
@@ -83,11 +88,10 @@ async fn zero_remaining_pauses_until_the_reset() {
 #[tokio::test(start_paused = true)]
 async fn a_429_without_a_time_uses_the_fallback_pause() {
     let g = Arc::new(
-        OutboundLimiter::with_clock(
-            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
-            TokioClock::new(),
-        )
-        .with_fallback_pause(Duration::from_millis(750)),
+        OutboundLimiter::builder(limit(100, 100))
+            .clock(TokioClock::new())
+            .fallback_pause(Duration::from_millis(750))
+            .build(),
     );
     g.observe(&answer(429, &[]));
     assert_eq!(admissions(&g, 1).await, vec![750]);
@@ -219,11 +223,10 @@ async fn a_pause_past_the_deadline_fails_at_once() {
 #[tokio::test(start_paused = true)]
 async fn hostile_pauses_are_capped() {
     let g = Arc::new(
-        OutboundLimiter::with_clock(
-            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
-            TokioClock::new(),
-        )
-        .with_max_pause(Duration::from_secs(30)),
+        OutboundLimiter::builder(limit(100, 100))
+            .clock(TokioClock::new())
+            .max_pause(Duration::from_secs(30))
+            .build(),
     );
     g.observe(&answer(429, &[("Retry-After", "99999999999999999999999")]));
     assert_eq!(g.paused_for(), Duration::from_secs(30));
@@ -248,12 +251,11 @@ async fn hostile_pauses_are_capped() {
 #[tokio::test(start_paused = true)]
 async fn adaptation_off_only_pauses() {
     let g = Arc::new(
-        OutboundLimiter::with_clock(
-            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
-            TokioClock::new(),
-        )
-        .with_adaptation(Adaptation::OFF)
-        .with_bursts(true),
+        OutboundLimiter::builder(limit(100, 100))
+            .clock(TokioClock::new())
+            .adaptation(Adaptation::OFF)
+            .bursts(true)
+            .build(),
     );
     g.observe(&answer(429, &[("Retry-After", "1")]));
     assert_eq!(g.stats().rate_factor, 1.0);
@@ -348,11 +350,10 @@ fn a_guard_refuses_policies_it_cannot_apply() {
 #[tokio::test(start_paused = true)]
 async fn an_advertised_policy_paces_by_at_most_the_maximum_pause() {
     let g = Arc::new(
-        OutboundLimiter::with_clock(
-            AllOf::new([limit(100, 100) as Arc<dyn Limit>]),
-            TokioClock::new(),
-        )
-        .with_max_pause(Duration::from_secs(2)),
+        OutboundLimiter::builder(limit(100, 100))
+            .clock(TokioClock::new())
+            .max_pause(Duration::from_secs(2))
+            .build(),
     );
     g.observe(&answer(
         200,

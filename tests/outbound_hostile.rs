@@ -13,7 +13,7 @@ use rategate::policy::{AllOf, Limit};
 use rategate::{OutboundLimiter, Quota, RateLimiter, TokenBucket, TokioClock};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use support::{admit_ms, answer, guard_of, limit};
+use support::{admit_ms, answer, builder_of, guard_of, limit};
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------
@@ -298,13 +298,15 @@ fn per_minute(n: u32) -> Arc<RateLimiter<TokenBucket, TokioClock>> {
     Arc::new(RateLimiter::with_clock(q, TokioClock::new()).unwrap())
 }
 
-/// 10 per minute, evenly paced (one every 6 s), with_max_pause(5 s): the
+/// 10 per minute, evenly paced (one every 6 s), max_pause(5 s): the
 /// user caps how long a header may stall the client. The pacing at the
 /// configured rate must not change because a plain 200 was observed, and
 /// a 429 (cut to 0.85: one every ~7 s) must slow the guard down.
 #[tokio::test(start_paused = true)]
 async fn a_short_max_pause_does_not_undo_pacing_or_a_429_cut() {
-    let g = guard_of(per_minute(10)).with_max_pause(Duration::from_secs(5));
+    let g = builder_of(per_minute(10))
+        .max_pause(Duration::from_secs(5))
+        .build();
     assert_eq!(admit_ms(&g, 1).await, 0);
     let unobserved = admit_ms(&g, 1).await;
     g.observe(&answer(200, &[]));
@@ -333,7 +335,11 @@ fn a_pause_stops_concurrent_blocking_waiters() {
     use std::time::Instant as StdInstant;
     let q = Quota::per_second(1000).unwrap();
     let l = Arc::new(RateLimiter::<TokenBucket>::new(q).unwrap());
-    let g = Arc::new(OutboundLimiter::new(AllOf::new([l as Arc<dyn Limit>])).with_bursts(true));
+    let g = Arc::new(
+        OutboundLimiter::builder(AllOf::new([l as Arc<dyn Limit>]))
+            .bursts(true)
+            .build(),
+    );
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let threads: Vec<_> = (0..4)
         .map(|_| {

@@ -325,10 +325,10 @@ async fn dropped_waiters_leak_nothing() {
 async fn jitter_delays_each_wait_within_its_bounds() {
     let quota = Quota::per_second(10).unwrap().burst(1).unwrap();
     let limiter = RateLimiter::<TokenBucket, _>::with_clock(quota, TokioClock::new()).unwrap();
-    let pacer = Arc::new(limiter.into_pacer().with_jitter(Jitter::between(
-        Duration::from_millis(10),
-        Duration::from_millis(40),
-    )));
+    let pacer = Arc::new(Pacer::with_jitter(
+        limiter,
+        Jitter::between(Duration::from_millis(10), Duration::from_millis(40)),
+    ));
     let got = run_waiters(pacer, &[1; 30]).await;
     assert_eq!(got[0].1, 0, "a free slot is taken at once, without jitter");
     let gaps: Vec<u64> = got.windows(2).map(|w| w[1].1 - w[0].1).collect();

@@ -77,7 +77,10 @@ fuzz_target!(|data: &[u8]| {
         let clock = ManualClock::new();
         let quota = Quota::per_second(100).unwrap();
         let limit = RateLimiter::<TokenBucket, _>::with_clock(quota, clock.clone()).unwrap();
-        let guard = OutboundLimiter::with_clock(limit, clock.clone()).with_max_pause(MAX_PAUSE);
+        let guard = OutboundLimiter::builder(limit)
+            .clock(clock.clone())
+            .max_pause(MAX_PAUSE)
+            .build();
         for _ in 0..3 {
             guard.observe(signal);
             assert!(guard.paused_for() <= MAX_PAUSE, "{signal:?}");

@@ -316,10 +316,6 @@ impl Throttle {
         }
     }
 
-    pub(crate) fn bursts(&self) -> bool {
-        self.bursts
-    }
-
     pub(crate) fn set_bursts(&mut self, bursts: bool) {
         self.bursts = bursts;
     }
@@ -642,14 +638,6 @@ impl Throttle {
             0
         };
         self.steady_gap().max(remaining)
-    }
-
-    pub(crate) fn base_gap_nanos(&self) -> u64 {
-        self.base_gap
-    }
-
-    pub(crate) fn limit(&self) -> u64 {
-        self.limit
     }
 
     pub(crate) fn factor(&self) -> f64 {

@@ -22,14 +22,14 @@ use std::time::{Duration, Instant, SystemTime};
 ///   with the shortest period (the slowest of those), when that period is
 ///   a minute or less, so an upstream's fixed or sliding window takes them
 ///   without 429s at its edges;
-///   [`with_bursts(true)`](OutboundLimiter::with_bursts) lets the limits'
+///   [`bursts(true)`](OutboundLimiterBuilder::bursts) lets the limits'
 ///   burst go at once. The guard's adaptation scales that rate.
 /// * **Several limits** ([`AllOf`]): a call passes only when all admit it,
 ///   and none is charged when one denies.
 /// * **Upstream feedback** ([`observe`](OutboundLimiter::observe)): on a 429
 ///   (or a 503 with `Retry-After`) every waiter is paused until the
 ///   upstream's `Retry-After`, or its reset (`X-RateLimit-Reset`, IETF
-///   `RateLimit`), or [`with_fallback_pause`](OutboundLimiter::with_fallback_pause)
+///   `RateLimit`), or [`fallback_pause`](OutboundLimiterBuilder::fallback_pause)
 ///   when it names none; what a response reports remaining is spread
 ///   evenly until its reset, less the calls still in flight, and 0
 ///   remaining pauses until the reset. A 429 sets the guard's rate just
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 ///   configured limits caps the rate.
 ///   No request is admitted while a pause recorded before its admission
 ///   lasts.
-/// * Every pause is capped at [`with_max_pause`](OutboundLimiter::with_max_pause)
+/// * Every pause is capped at [`max_pause`](OutboundLimiterBuilder::max_pause)
 ///   (default one hour, GitHub's longest window), so a hostile or broken
 ///   header cannot stall the client for years.
 ///
@@ -132,7 +132,21 @@ impl OutboundLimiter<QuantaClock> {
     /// Use the same clock as the limits (see
     /// [`with_clock`](OutboundLimiter::with_clock)).
     pub fn new(limits: impl Into<AllOf>) -> Self {
-        Self::with_clock(limits, QuantaClock::new())
+        Self::builder(limits).build()
+    }
+
+    /// Settings for a guard over `limits`: its clock, jitter, longest and
+    /// fallback pauses, adaptation and bursts.
+    pub fn builder(limits: impl Into<AllOf>) -> OutboundLimiterBuilder {
+        OutboundLimiterBuilder {
+            limits: limits.into(),
+            clock: QuantaClock::new(),
+            jitter: Jitter::NONE,
+            max_pause: DEFAULT_MAX_PAUSE,
+            fallback_pause: 1_000_000_000,
+            adaptation: Adaptation::default(),
+            bursts: None,
+        }
     }
 }
 
@@ -210,34 +224,120 @@ impl<C: Clock + Clone + 'static> OutboundLimiter<C> {
     }
 }
 
-impl<C: Clock> OutboundLimiter<C> {
+/// Settings of an [`OutboundLimiter`], from
+/// [`OutboundLimiter::builder`]; [`build`](OutboundLimiterBuilder::build)
+/// makes the guard.
+///
+/// # Examples
+///
+/// ```
+/// use rategate::outbound::Adaptation;
+/// use rategate::{Jitter, OutboundLimiter, RateLimiter, TokenBucket};
+/// use std::time::Duration;
+///
+/// let limit = RateLimiter::<TokenBucket>::new("100/s".parse()?)?;
+/// let guard = OutboundLimiter::builder(limit)
+///     .max_pause(Duration::from_secs(60))
+///     .fallback_pause(Duration::from_secs(2))
+///     .jitter(Jitter::up_to(Duration::from_millis(50)))
+///     .adaptation(Adaptation::default())
+///     .build();
+/// assert!(guard.paused_for().is_zero());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct OutboundLimiterBuilder<C = QuantaClock> {
+    limits: AllOf,
+    clock: C,
+    jitter: Jitter,
+    max_pause: u64,
+    fallback_pause: u64,
+    adaptation: Adaptation,
+    bursts: Option<bool>,
+}
+
+impl<C: Clock> OutboundLimiterBuilder<C> {
     // The link names a `tokio` feature item.
     #[cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
-    /// A guard over `limits`, timing pauses and pacing on `clock` (a
-    /// [`TokioClock`](crate::TokioClock) in tests under paused time).
-    pub fn with_clock(limits: impl Into<AllOf>, clock: C) -> Self {
-        let limits = limits.into();
+    /// Times pauses and pacing on `clock` (a
+    /// [`TokioClock`](crate::TokioClock) in tests under paused time); use
+    /// the same clock as the limits.
+    pub fn clock<C2: Clock>(self, clock: C2) -> OutboundLimiterBuilder<C2> {
+        OutboundLimiterBuilder {
+            limits: self.limits,
+            clock,
+            jitter: self.jitter,
+            max_pause: self.max_pause,
+            fallback_pause: self.fallback_pause,
+            adaptation: self.adaptation,
+            bursts: self.bursts,
+        }
+    }
+
+    /// Adds `jitter` to every wake-up that had to wait, pauses included, so
+    /// that many clients do not come back in lockstep (default none).
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The longest pause any upstream answer can impose (default 1 hour).
+    pub fn max_pause(mut self, max: Duration) -> Self {
+        self.max_pause = duration_to_nanos(max);
+        self
+    }
+
+    /// The pause after a 429 that names no time (default 1 s).
+    pub fn fallback_pause(mut self, pause: Duration) -> Self {
+        self.fallback_pause = duration_to_nanos(pause);
+        self
+    }
+
+    /// How the guard's rate follows 429s (default
+    /// [`Adaptation::default`]; [`Adaptation::OFF`] to only pause).
+    pub fn adaptation(mut self, adaptation: Adaptation) -> Self {
+        self.adaptation = adaptation;
+        self
+    }
+
+    /// Lets the limits' burst go at once while the upstream raises no
+    /// objection (`true`), or spreads calls evenly at the configured rate
+    /// (`false`). Default: even when the limit with the shortest period has
+    /// a period of a minute or less (an upstream's fixed or sliding window
+    /// then takes them without a 429 at its edges), bursts otherwise.
+    pub fn bursts(mut self, bursts: bool) -> Self {
+        self.bursts = Some(bursts);
+        self
+    }
+
+    /// The guard.
+    pub fn build(self) -> OutboundLimiter<C> {
+        let limits = self.limits;
         let pacing = pacing_quota(&limits);
         let (base_gap, limit) = pacing.map_or((0, 0), |q| {
             let limit = u64::from(q.limit()).max(1);
             (q.period_nanos() / limit, limit)
         });
-        let mut throttle = Throttle::new(Adaptation::default(), base_gap, limit);
+        let mut throttle = Throttle::new(self.adaptation, base_gap, limit);
         // Spread evenly over short periods only: over an hour's quota, a
         // burst is what the quota allows, and spreading it would hold
         // every call back.
-        throttle.set_bursts(pacing.is_none_or(|q| q.period_nanos() > EVEN_UP_TO));
-        throttle.set_max_pause(DEFAULT_MAX_PAUSE);
+        let bursts = self
+            .bursts
+            .unwrap_or_else(|| pacing.is_none_or(|q| q.period_nanos() > EVEN_UP_TO));
+        throttle.set_bursts(bursts);
+        throttle.set_max_pause(self.max_pause);
         let gap = throttle.steady_gap();
         let own_gap = throttle.own_gap();
         let sent = SentMeter::new(throttle.every());
         OutboundLimiter {
             limits,
-            clock,
+            clock: self.clock,
             queue: Arc::new(WaitQueue::default()),
-            jitter: Jitter::NONE,
-            max_pause: DEFAULT_MAX_PAUSE,
-            fallback_pause: 1_000_000_000,
+            jitter: self.jitter,
+            max_pause: self.max_pause,
+            fallback_pause: self.fallback_pause,
             pause_until: AtomicU64::new(0),
             gap: AtomicU64::new(gap),
             own_gap: AtomicU64::new(own_gap),
@@ -252,71 +352,16 @@ impl<C: Clock> OutboundLimiter<C> {
             limited: AtomicU64::new(0),
         }
     }
+}
 
-    /// Adds `jitter` to every wake-up that had to wait, pauses included, so
-    /// that many clients do not come back in lockstep.
-    #[must_use]
-    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
-        self
-    }
-
-    /// The longest pause any upstream answer can impose (default 1 hour).
-    #[must_use]
-    pub fn with_max_pause(mut self, max: Duration) -> Self {
-        self.max_pause = duration_to_nanos(max);
-        let gap = {
-            let mut throttle = self.throttle.lock();
-            throttle.set_max_pause(self.max_pause);
-            throttle.steady_gap()
-        };
-        // Relaxed: not yet shared.
-        self.gap.store(gap, Ordering::Relaxed);
-        self
-    }
-
-    /// The pause after a 429 that names no time (default 1 s).
-    #[must_use]
-    pub fn with_fallback_pause(mut self, pause: Duration) -> Self {
-        self.fallback_pause = duration_to_nanos(pause);
-        self
-    }
-
-    /// How the guard's rate follows 429s ([`Adaptation::OFF`] to only
-    /// pause).
-    #[must_use]
-    pub fn with_adaptation(mut self, adaptation: Adaptation) -> Self {
-        let every = {
-            let mut throttle = self.throttle.lock();
-            let bursts = throttle.bursts();
-            *throttle = Throttle::new(adaptation, throttle.base_gap_nanos(), throttle.limit());
-            throttle.set_bursts(bursts);
-            throttle.set_max_pause(self.max_pause);
-            (throttle.every(), throttle.steady_gap(), throttle.own_gap())
-        };
-        self.sent = SentMeter::new(every.0);
-        // Relaxed: not yet shared.
-        self.gap.store(every.1, Ordering::Relaxed);
-        self.own_gap.store(every.2, Ordering::Relaxed);
-        self
-    }
-
-    /// Lets the limits' burst go at once while the upstream raises no
-    /// objection (`true`), or spreads calls evenly at the configured rate
-    /// (`false`: the default when the limit with the shortest period has a
-    /// period of a minute or less; an upstream's fixed or sliding window
-    /// then takes them without a 429 at its edges).
-    #[must_use]
-    pub fn with_bursts(self, bursts: bool) -> Self {
-        let gap = {
-            let mut throttle = self.throttle.lock();
-            throttle.set_bursts(bursts);
-            (throttle.steady_gap(), throttle.own_gap())
-        };
-        // Relaxed: not yet shared.
-        self.gap.store(gap.0, Ordering::Relaxed);
-        self.own_gap.store(gap.1, Ordering::Relaxed);
-        self
+impl<C: Clock> OutboundLimiter<C> {
+    // The link names a `tokio` feature item.
+    #[cfg_attr(not(feature = "tokio"), allow(rustdoc::broken_intra_doc_links))]
+    /// A guard over `limits`, timing pauses and pacing on `clock` (a
+    /// [`TokioClock`](crate::TokioClock) in tests under paused time), with
+    /// the default settings (see [`builder`](OutboundLimiter::builder)).
+    pub fn with_clock(limits: impl Into<AllOf>, clock: C) -> Self {
+        OutboundLimiter::builder(limits).clock(clock).build()
     }
 
     /// The limits every call must pass.

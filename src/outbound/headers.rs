@@ -11,7 +11,7 @@
 //! parse is skipped and reported as a [`HeaderError`] in
 //! [`UpstreamSignal::errors`]; numbers too large to represent saturate, and
 //! the guard caps every pause it takes from them
-//! ([`OutboundLimiter::with_max_pause`](crate::OutboundLimiter::with_max_pause)).
+//! ([`OutboundLimiterBuilder::max_pause`](crate::outbound::OutboundLimiterBuilder::max_pause)).
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -10,5 +10,5 @@ pub mod presets;
 mod sent;
 
 pub use adapt::Adaptation;
-pub use guard::{OutboundLimiter, OutboundStats};
+pub use guard::{OutboundLimiter, OutboundLimiterBuilder, OutboundStats};
 pub use headers::{HeaderError, UNIX_TIME_THRESHOLD, UpstreamSignal, parse_retry_after};

@@ -6,7 +6,7 @@
 //! A preset's quota has the vendor's burst (a second's worth), but an
 //! [`OutboundLimiter`](crate::OutboundLimiter) built on it spreads its
 //! calls evenly at the quota's rate unless told
-//! [`with_bursts(true)`](crate::OutboundLimiter::with_bursts): an
+//! [`bursts(true)`](crate::outbound::OutboundLimiterBuilder::bursts): an
 //! upstream's window then takes them without 429s at its edges.
 //!
 //! Only limits with a published figure are here. For a vendor whose limit

@@ -134,11 +134,12 @@ where
         }
     }
 
-    /// Adds `jitter` to every wake-up that had to wait.
-    #[must_use]
-    pub fn with_jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
-        self
+    /// Waits on `limiter`, adding `jitter` to every wake-up that had to
+    /// wait, so that many waiters do not come back in lockstep.
+    pub fn with_jitter(limiter: KeyedRateLimiter<K, A, C, S>, jitter: Jitter) -> Self {
+        let mut pacer = Self::new(limiter);
+        pacer.jitter = jitter;
+        pacer
     }
 
     /// The limiter waited on.

@@ -2,8 +2,7 @@
 //! outbound tests.
 #![allow(dead_code)]
 
-use rategate::outbound::UpstreamSignal;
-use rategate::policy::{AllOf, Limit};
+use rategate::outbound::{OutboundLimiterBuilder, UpstreamSignal};
 use rategate::{OutboundLimiter, Quota, RateLimiter, TokenBucket, TokioClock};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -17,7 +16,14 @@ pub fn limit(per_sec: u32, burst: u32) -> Arc<RateLimiter<TokenBucket, TokioCloc
 
 /// A guard over one limit, on tokio's clock.
 pub fn guard_of(l: Arc<RateLimiter<TokenBucket, TokioClock>>) -> OutboundLimiter<TokioClock> {
-    OutboundLimiter::with_clock(AllOf::new([l as Arc<dyn Limit>]), TokioClock::new())
+    builder_of(l).build()
+}
+
+/// The settings of a guard over `l` on a [`TokioClock`].
+pub fn builder_of(
+    l: Arc<RateLimiter<TokenBucket, TokioClock>>,
+) -> OutboundLimiterBuilder<TokioClock> {
+    OutboundLimiter::builder(l).clock(TokioClock::new())
 }
 
 /// An answer with `status` and `headers`, arriving now.
