@@ -29,7 +29,7 @@ use axum::routing::get;
 use http::request::Parts;
 use rategate::http::{
     ClientClass, ClientIp, KeyExtractor, Matcher, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
-    Rule, SameBody,
+    Rule, body::SameBody,
 };
 use rategate::{KeyedRateLimiter, Quota, TokenBucket};
 use std::net::SocketAddr;

@@ -1,5 +1,12 @@
-//! The response body of a rate-limited service: the inner service's body,
-//! or the layer's own (a 429's problem details).
+//! The response bodies of a rate-limited service: the inner service's
+//! body, or the layer's own (a 429's problem details).
+//!
+//! A layered service's responses carry a [`ResponseBody`] (the default,
+//! [`Wrapped`]), which holds any body; or, after
+//! [`same_body`](super::RateLimitLayer::same_body) (what
+//! `RateLimitLayer::around` uses for an axum `Router`), the service's own
+//! body type ([`SameBody`]). Code names these types only where it names the
+//! layered service's type.
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};

@@ -466,7 +466,7 @@ pub const PER_IP_MAX_KEYS: usize = 1_000_000;
 ///
 /// # Response bodies
 ///
-/// A layered service's responses carry a [`ResponseBody`](super::ResponseBody)
+/// A layered service's responses carry a [`ResponseBody`](super::body::ResponseBody)
 /// (`K` = [`Wrapped`], the default), which holds any body the service
 /// returns. [`same_body`](RateLimitLayer::same_body) keeps the service's
 /// own body type instead, for bodies made from bytes (axum's `Body`):
@@ -537,7 +537,7 @@ impl RateLimitLayer {
     /// The same layer, its services' responses keeping the service's own
     /// body type `B` (`B: From<Bytes>`: axum's `Body`,
     /// `http_body_util::Full<Bytes>`) instead of a
-    /// [`ResponseBody<B>`](super::ResponseBody): the layer writes its own
+    /// [`ResponseBody<B>`](super::body::ResponseBody): the layer writes its own
     /// answers (429s) as a `B` made from their bytes. With axum this saves
     /// boxing each response's body again (an allocation per request);
     /// wrapped around the whole `Router`, the layered router is served as

@@ -2,9 +2,9 @@
 //! The header fields it sends are [`crate::headers`].
 //!
 //! * [`RateLimitLayer`] / [`RateLimit`]: the layer and service, for axum
-//!   0.8, hyper 1 and tonic; [`ResponseFuture`] and [`ResponseBody`];
-//!   [`RateLimitLayer::same_body`] ([`BodyKind`]: [`Wrapped`] or
-//!   [`SameBody`]) to keep the service's own body type; with feature
+//!   0.8, hyper 1 and tonic; [`ResponseFuture`]; the response bodies in
+//!   [`body`] ([`RateLimitLayer::same_body`] keeps the service's own body
+//!   type, for the rare service that must name it); with feature
 //!   `axum`, `RateLimitLayer::around(router)` to wrap a whole `Router`;
 //!   [`LayerStats`] counters; shadow mode.
 //! * Client keys, [`KeyExtractor`]: the peer IP ([`ClientIp`]: trusted
@@ -56,7 +56,7 @@
 //!   shared limiter outside the layer is not covered.
 //! * **Cost 0** serves a request free, even once the budget is spent.
 
-mod body;
+pub mod body;
 mod charge;
 mod cidr;
 mod client_ip;
@@ -70,7 +70,6 @@ mod policy;
 mod response;
 mod stats;
 
-pub use body::{BodyKind, ResponseBody, SameBody, Wrapped};
 pub use charge::{Charge, Rejected};
 pub use cidr::{Cidr, CidrError};
 pub use client_ip::{ClientIp, ForwardedHeader};
