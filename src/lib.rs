@@ -105,7 +105,7 @@ pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 pub use algorithm::{AlgorithmKind, AnyAlgorithm};
-pub use algorithm::{Sharded, Splittable};
+pub use algorithm::Sharded;
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock, UnixClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
