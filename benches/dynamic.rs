@@ -4,7 +4,10 @@
 //! is also one word), on the allowed and the denied path, and a keyed
 //! check of one known key.
 //!
-//! Rows: `dynamic_{allow,deny,keyed}/{algorithm}/{static,any}`. The clock
+//! Rows: `dynamic_{allow,deny,keyed}/{algorithm}/{static,any}`, and
+//! `dynamic_{allow,deny}/token_bucket/adjustable`: the same bucket in an
+//! [`Adjustable`](rategate::algorithm::Adjustable), whose quota can change
+//! at run time (the price of the swappable parameters). The clock
 //! is a `ManualClock` set before every check, which isolates the dispatch
 //! from the clock read (see `benches/direct.rs`).
 
@@ -13,6 +16,7 @@ mod common;
 use common::{allow_quota, config, deny_quota};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
+use rategate::algorithm::Adjustable;
 use rategate::{
     Algorithm, AlgorithmKind, AnyAlgorithm, KeyedRateLimiter, ManualClock, Quota, RateLimiter,
     SlidingWindowCounter, TokenBucket,
@@ -72,6 +76,33 @@ fn rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: AlgorithmK
     });
 }
 
+/// `Adjustable<TokenBucket>` on the path `rows` measured.
+fn adjustable_row(group: &mut BenchmarkGroup<'_, WallTime>, allow: bool) {
+    let quota = if allow {
+        allow_quota::<TokenBucket>()
+    } else {
+        deny_quota()
+    };
+    let step = if allow {
+        2 * quota.emission_interval_nanos()
+    } else {
+        0
+    };
+    let clock = ManualClock::new();
+    let limiter =
+        RateLimiter::<Adjustable<TokenBucket>, _>::with_clock(quota, clock.clone()).unwrap();
+    limiter.check();
+    assert_eq!(limiter.check().is_allowed(), allow, "adjustable");
+    let mut now = 0u64;
+    group.bench_function(BenchmarkId::new("token_bucket", "adjustable"), |b| {
+        b.iter(|| {
+            now += step;
+            clock.set(now);
+            limiter.check()
+        })
+    });
+}
+
 fn keyed_rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: AlgorithmKind) {
     let name = kind.name();
     let quota = allow_quota::<A>();
@@ -111,6 +142,7 @@ fn dynamic(c: &mut Criterion) {
             "dynamic_deny"
         });
         rows::<TokenBucket>(&mut group, AlgorithmKind::TokenBucket, allow);
+        adjustable_row(&mut group, allow);
         rows::<SlidingWindowCounter>(&mut group, AlgorithmKind::SlidingWindowCounter, allow);
         group.finish();
     }

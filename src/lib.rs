@@ -101,11 +101,11 @@ mod stripes;
 mod sync;
 mod wait;
 
+pub use algorithm::Sharded;
 pub use algorithm::{
     Algorithm, FixedWindow, LeakyBucket, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 pub use algorithm::{AlgorithmKind, AnyAlgorithm};
-pub use algorithm::Sharded;
 pub use clock::{Clock, ManualClock, QuantaClock, StdClock, UnixClock};
 pub use decision::Decision;
 pub use error::{CheckError, QuotaError};
