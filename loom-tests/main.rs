@@ -18,7 +18,6 @@ use loom::thread;
 use rategate::{Algorithm, Clock, Decision, ManualClock, Quota, RateLimiter, TokenBucket};
 use std::time::Duration;
 
-mod adjustable;
 mod algorithms;
 mod all_of;
 mod keyed;

@@ -36,7 +36,7 @@ use std::time::Duration;
 /// assert_eq!(denied.remaining(), 0);
 /// assert_eq!(denied.retry_after_secs(), 1); // 500 ms, rounded up for Retry-After
 /// // Lower-case names, usable with `http::HeaderName::from_static`.
-/// let headers = denied.headers(limiter.quota());
+/// let headers = denied.headers(&limiter.quota());
 /// assert_eq!(headers[0], ("x-ratelimit-limit", "2".to_string()));
 /// assert!(headers.contains(&("retry-after", "1".to_string())));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -442,12 +442,13 @@ impl Decision {
     /// lower-case names (as `http::HeaderName::from_static` requires) and
     /// the values the HTTP layer sends: `x-ratelimit-limit` (the quota's
     /// limit per its period: 100 for `100/s burst=10`),
-    /// `x-ratelimit-remaining`, `x-ratelimit-reset` (seconds from now),
-    /// `x-ratelimit-used`, the IETF draft's `ratelimit-policy` and
+    /// `x-ratelimit-remaining`, `x-ratelimit-reset` (the Unix time in whole
+    /// seconds when the limiter is back to full capacity, the layer's
+    /// default; [`RateLimitFields::reset_value`](crate::headers::RateLimitFields::reset_value)
+    /// gives seconds from now), `x-ratelimit-used`, the IETF draft's `ratelimit-policy` and
     /// `ratelimit` (policy name `default`), and on a denial `retry-after`
     /// (seconds, at least 1). [`RateLimitFields`](crate::headers::RateLimitFields)
-    /// says what each means per algorithm, and gives Unix-time resets and
-    /// other policy names.
+    /// says what each means per algorithm, and gives other policy names.
     ///
     /// ```
     /// use rategate::{Quota, RateLimiter, TokenBucket};
@@ -462,10 +463,20 @@ impl Decision {
     pub fn headers(&self, quota: &crate::Quota) -> Vec<(&'static str, String)> {
         use crate::headers::*;
         let fields = RateLimitFields::new(self, quota);
+        // A clock set before 1970 gives 0, as in the layer: a reset "in the
+        // past" rather than a panic.
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         let mut headers = vec![
             (X_RATELIMIT_LIMIT, fields.limit().to_string()),
             (X_RATELIMIT_REMAINING, fields.remaining().to_string()),
-            (X_RATELIMIT_RESET, fields.reset_secs().to_string()),
+            (
+                X_RATELIMIT_RESET,
+                fields
+                    .reset_value(ResetFormat::UnixSeconds, unix_now)
+                    .to_string(),
+            ),
             (X_RATELIMIT_USED, fields.used().to_string()),
             (RATELIMIT_POLICY, fields.policy_item("default")),
             (RATELIMIT, fields.state_item("default")),
@@ -537,12 +548,26 @@ mod tests {
     fn headers_report_the_quota_limit_not_a_smaller_burst() {
         let quota: crate::Quota = "100/s burst=10".parse().unwrap();
         let d = Decision::deny(10, 0, 1_000_000_000, 10_000_000);
+        let unix_secs = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        };
+        let before = unix_secs();
+        let mut headers = d.headers(&quota);
+        let after = unix_secs();
+        // The reset as the layer writes it by default: the Unix time, in
+        // whole seconds rounded up, one second from now.
+        let (name, reset) = headers.remove(2);
+        let reset: u64 = reset.parse().unwrap();
+        assert_eq!(name, "x-ratelimit-reset");
+        assert!((before + 1..=after + 2).contains(&reset), "{reset}");
         assert_eq!(
-            d.headers(&quota),
+            headers,
             vec![
                 ("x-ratelimit-limit", "100".to_string()),
                 ("x-ratelimit-remaining", "0".to_string()),
-                ("x-ratelimit-reset", "1".to_string()),
                 ("x-ratelimit-used", "10".to_string()),
                 ("ratelimit-policy", r#""default";q=100;w=1"#.to_string()),
                 ("ratelimit", r#""default";r=0;t=1"#.to_string()),

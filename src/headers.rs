@@ -40,8 +40,7 @@ pub enum ResetFormat {
     /// back to full capacity (GitHub, Twitter). The layer's default.
     #[default]
     UnixSeconds,
-    /// Whole seconds from now, rounded up (what [`Decision::headers`]
-    /// writes, since it reads no wall clock).
+    /// Whole seconds from now, rounded up.
     DeltaSeconds,
 }
 

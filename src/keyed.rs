@@ -870,8 +870,8 @@ where
 
     /// The quota every key gets (the latest one set, for an
     /// [`Adjustable`](crate::algorithm::Adjustable) algorithm).
-    pub fn quota(&self) -> &Quota {
-        self.algorithm.current_quota().unwrap_or(&self.quota)
+    pub fn quota(&self) -> Quota {
+        self.algorithm.current_quota().unwrap_or(self.quota)
     }
 
     /// The clock this limiter reads.

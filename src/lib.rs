@@ -60,7 +60,7 @@
 //! ```
 //! use rategate::{FixedWindow, KeyedRateLimiter, Quota};
 //!
-//! // GitHub-style: 5000 requests per clock hour per API token.
+//! // GitHub-style: 5000 requests per fixed hour per API token.
 //! let quota: Quota = "5000/h".parse()?;
 //! let limiter = KeyedRateLimiter::<String, FixedWindow>::new(quota)?;
 //! let decision = limiter.check("token-123");

@@ -133,8 +133,8 @@ impl<A: Algorithm, C: Clock> RateLimiter<A, C> {
 
     /// The quota this limiter enforces (the latest one set, for an
     /// [`Adjustable`] algorithm).
-    pub fn quota(&self) -> &Quota {
-        self.algorithm.current_quota().unwrap_or(&self.quota)
+    pub fn quota(&self) -> Quota {
+        self.algorithm.current_quota().unwrap_or(self.quota)
     }
 
     /// The clock this limiter reads.

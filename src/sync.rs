@@ -8,7 +8,7 @@
 #[cfg(not(rategate_loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(rategate_loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 // The HTTP layer's handler charge is its only user.
 #[cfg(all(not(rategate_loom), feature = "http"))]
 pub(crate) use std::sync::atomic::AtomicBool;
@@ -18,7 +18,7 @@ pub(crate) use loom::sync::Arc;
 #[cfg(all(rategate_loom, feature = "http"))]
 pub(crate) use loom::sync::atomic::AtomicBool;
 #[cfg(rategate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A short-critical-section lock: `parking_lot::Mutex` normally, loom's
 /// mutex under loom. `lock()` returns the guard directly in both.

@@ -131,7 +131,7 @@ fn direct<A: Algorithm, M: Model + Retune>(
                 let new = changed(&quota, limit, burst);
                 set_quota(&limiter, new);
                 model.set_quota(&new);
-                prop_assert_eq!(limiter.quota(), &new);
+                prop_assert_eq!(limiter.quota(), new);
             }
         }
         // Never more room than a key never seen.

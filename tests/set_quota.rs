@@ -137,7 +137,7 @@ fn refused_changes_keep_the_quota() {
             period_nanos: 60_000_000_000
         })
     );
-    assert_eq!(limiter.quota(), &Quota::per_minute(10).unwrap());
+    assert_eq!(limiter.quota(), Quota::per_minute(10).unwrap());
     // The log may change its period: its entries are times.
     let (log, _) = limiter_log();
     assert!(log.set_quota(Quota::per_hour(10).unwrap()).is_ok());
@@ -149,4 +149,41 @@ fn limiter_log() -> (
     ManualClock,
 ) {
     limiter::<SlidingWindowLog>(Quota::per_minute(10).unwrap())
+}
+
+/// A check racing a change decides under the old quota or the new one,
+/// whole, never a mix (a limit of 1 cannot admit a cost of 2; a limit of 3
+/// admits it with 1 left), and every check after the change sees the new
+/// one. Threads, many rounds: the swap is `arc_swap`'s, outside the loom
+/// models.
+#[test]
+fn a_check_racing_a_change_decides_under_one_quota_whole() {
+    use rategate::{Algorithm, CheckError, FixedWindow};
+    use std::sync::Barrier;
+    for _ in 0..2_000 {
+        let fw = Adjustable::<FixedWindow>::from_quota(&Quota::per_second(1).unwrap()).unwrap();
+        let state = fw.new_state();
+        let start = Barrier::new(2);
+        let decided = std::thread::scope(|s| {
+            let checker = s.spawn(|| {
+                start.wait();
+                fw.check(&state, 0, 2)
+            });
+            start.wait();
+            fw.set_quota(Quota::per_second(3).unwrap()).unwrap();
+            checker.join().unwrap()
+        });
+        match decided {
+            Err(e) => assert_eq!(
+                e,
+                CheckError::CostExceedsCapacity {
+                    cost: 2,
+                    capacity: 1
+                }
+            ),
+            Ok(d) => assert_eq!((d.is_allowed(), d.limit(), d.remaining()), (true, 3, 1)),
+        }
+        assert_eq!(fw.quota().limit(), 3);
+        assert_eq!(fw.peek(&state, 0, 1).unwrap().limit(), 3);
+    }
 }

@@ -108,7 +108,7 @@ pub trait Algorithm: Send + Sync + Sized + 'static {
     /// The quota these parameters enforce now, for parameters that change at
     /// run time ([`Adjustable`]); `None` (the default): the quota they were
     /// built from, which the limiter keeps.
-    fn current_quota(&self) -> Option<&Quota> {
+    fn current_quota(&self) -> Option<Quota> {
         None
     }
 }

@@ -107,7 +107,7 @@ where
     }
 
     fn quota(&self) -> Quota {
-        *KeyedRateLimiter::quota(self)
+        KeyedRateLimiter::quota(self)
     }
 
     fn lock_id(&self, _key: &str, key_id: u64) -> u64 {
@@ -148,7 +148,7 @@ impl<A: Algorithm, C: Clock> Backend for RateLimiter<A, C> {
     }
 
     fn quota(&self) -> Quota {
-        *RateLimiter::quota(self)
+        RateLimiter::quota(self)
     }
 }
 
@@ -192,7 +192,7 @@ where
     }
 
     fn quota(&self) -> Quota {
-        *crate::redis::RedisLimiter::quota(self)
+        crate::redis::RedisLimiter::quota(self)
     }
 }
 
@@ -211,7 +211,7 @@ where
     }
 
     fn quota(&self) -> Quota {
-        *crate::redis::SyncedLimiter::quota(self)
+        crate::redis::SyncedLimiter::quota(self)
     }
 }
 
@@ -227,7 +227,7 @@ impl<C: Clock> AsyncBackend for crate::redis::LeasedLimiter<C> {
     }
 
     fn quota(&self) -> Quota {
-        *crate::redis::LeasedLimiter::quota(self)
+        crate::redis::LeasedLimiter::quota(self)
     }
 }
 

@@ -125,7 +125,7 @@ where
             }
         });
         let mut out = Vec::with_capacity(body.len() + 64);
-        snapshot::write_header::<A>(&mut out, self.quota(), now, keys);
+        snapshot::write_header::<A>(&mut out, &self.quota(), now, keys);
         out.extend(body);
         out
     }
@@ -144,7 +144,7 @@ where
     /// [`SnapshotError::MapFull`] when the key cap is reached part way.
     pub fn restore(&self, bytes: &[u8]) -> Result<usize, SnapshotError> {
         let now = self.clock.now();
-        let (mut reader, then, count) = Reader::open::<A>(bytes, self.quota())?;
+        let (mut reader, then, count) = Reader::open::<A>(bytes, &self.quota())?;
         let mut entries = Vec::new();
         for index in 0..count {
             let key = K::read(reader.field()?).ok_or(SnapshotError::BadKey { index })?;

@@ -89,7 +89,7 @@ impl<A: Algorithm, C: Clock> Limit for RateLimiter<A, C> {
     }
 
     fn quota(&self) -> Option<Quota> {
-        Some(*RateLimiter::quota(self))
+        Some(RateLimiter::quota(self))
     }
 }
 
@@ -173,7 +173,7 @@ where
     }
 
     fn quota(&self) -> Option<Quota> {
-        Some(*self.limiter.quota())
+        Some(self.limiter.quota())
     }
 
     fn lock_id(&self) -> u64 {
@@ -365,12 +365,17 @@ impl fmt::Debug for AllOf {
 /// `OutboundLimiter::new(limiter)`.
 impl<L: Limit + 'static> From<L> for AllOf {
     fn from(limit: L) -> AllOf {
-        // Through std's `Arc`, which can unsize (loom's, under loom, cannot).
-        let limit = std::sync::Arc::new(limit) as std::sync::Arc<dyn Limit>;
-        #[cfg(rategate_loom)]
-        let limit = Arc::from_std(limit);
-        AllOf::new([limit])
+        AllOf::new([shared(limit)])
     }
+}
+
+/// `limit` as a shared member.
+fn shared<L: Limit + 'static>(limit: L) -> Arc<dyn Limit> {
+    // Through std's `Arc`, which can unsize (loom's, under loom, cannot).
+    let limit = std::sync::Arc::new(limit) as std::sync::Arc<dyn Limit>;
+    #[cfg(rategate_loom)]
+    let limit = Arc::from_std(limit);
+    limit
 }
 
 impl AllOf {
@@ -380,6 +385,27 @@ impl AllOf {
         AllOf {
             members: members.into_iter().collect(),
         }
+    }
+
+    /// This set and `limit` (a limiter, or an `Arc` of one kept elsewhere
+    /// too): limits of different types without naming `dyn Limit`.
+    ///
+    /// ```
+    /// use rategate::policy::AllOf;
+    /// use rategate::{FixedWindow, RateLimiter, TokenBucket};
+    /// use std::sync::Arc;
+    ///
+    /// let per_second = RateLimiter::<TokenBucket>::new("100/s".parse()?)?;
+    /// let per_day = Arc::new(RateLimiter::<FixedWindow>::new("10000/d".parse()?)?);
+    /// let both = AllOf::from(per_second).and(Arc::clone(&per_day));
+    /// assert!(both.check_n(1)?.is_allowed());
+    /// assert_eq!(per_day.peek_n(0)?.remaining(), 9_999); // charged once
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn and<L: Limit + 'static>(mut self, limit: L) -> AllOf {
+        self.members.push(shared(limit));
+        self
     }
 
     /// The member limits.

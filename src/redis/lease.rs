@@ -668,8 +668,8 @@ impl<C: Clock> LeasedLimiter<C> {
     }
 
     /// The quota every key gets.
-    pub fn quota(&self) -> &Quota {
-        &self.handle.inner.quota
+    pub fn quota(&self) -> Quota {
+        self.handle.inner.quota
     }
 
     /// The Redis keys of `key`'s budgets for the current and the next

@@ -574,8 +574,8 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiter<A, C> {
     }
 
     /// The quota.
-    pub fn quota(&self) -> &Quota {
-        &self.inner.quota
+    pub fn quota(&self) -> Quota {
+        self.inner.quota
     }
 
     /// The Redis keys that hold `key`'s state, one per

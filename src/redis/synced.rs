@@ -740,8 +740,8 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiter<A, C> {
     }
 
     /// The quota every key gets.
-    pub fn quota(&self) -> &Quota {
-        &self.handle.inner.quota
+    pub fn quota(&self) -> Quota {
+        self.handle.inner.quota
     }
 
     /// The sync interval.

@@ -48,8 +48,8 @@ impl LimitSpec {
     }
 
     /// The quota.
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.quota
     }
 }
 

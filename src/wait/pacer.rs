@@ -79,7 +79,7 @@ pub struct Pacer<A: Algorithm = TokenBucket, C: Clock = QuantaClock> {
 impl<A: Algorithm, C: Clock> std::fmt::Debug for Pacer<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pacer")
-            .field("quota", self.limiter.quota())
+            .field("quota", &self.limiter.quota())
             .field("queue", &self.queue)
             .field("jitter", &self.jitter)
             .finish_non_exhaustive()

@@ -299,7 +299,7 @@ impl PolicyLimiter {
             key: policy.key.clone(),
             shadow: policy.shadow,
             tiers: policy.tiers.clone(),
-            default_quota: *policy.quota(),
+            default_quota: policy.quota(),
             backends,
         })
     }

@@ -212,8 +212,8 @@ pub struct Policy {
 
 impl Policy {
     /// The default tier's quota (the `quota` field).
-    pub fn quota(&self) -> &Quota {
-        &self.tiers[0].1
+    pub fn quota(&self) -> Quota {
+        self.tiers[0].1
     }
 }
 
