@@ -439,3 +439,35 @@ async fn alternating_policies_do_not_erase_a_429_cut() {
         "cut to {cut} by the 429, back to {after} two 200s later"
     );
 }
+
+// ---------------------------------------------------------------------
+// Adaptation settings at their extremes.
+// ---------------------------------------------------------------------
+
+/// A measurement period near the largest a `u64` of nanoseconds holds: a
+/// second blind 429 one period after the first must not overflow the
+/// window it is compared against (a panic in debug builds, a wrong cut in
+/// release ones).
+#[test]
+fn a_huge_adaptation_period_does_not_overflow() {
+    use rategate::ManualClock;
+    use rategate::outbound::Adaptation;
+    let clock = ManualClock::new();
+    let every = Duration::from_nanos(u64::MAX / 3 + 1);
+    let limit =
+        RateLimiter::<TokenBucket, _>::with_clock(Quota::per_second(10).unwrap(), clock.clone())
+            .unwrap();
+    let g = OutboundLimiter::builder(limit)
+        .clock(clock.clone())
+        .adaptation(Adaptation {
+            every,
+            ..Adaptation::default()
+        })
+        .max_pause(Duration::from_secs(1))
+        .build();
+    g.observe(&answer(429, &[]));
+    clock.advance(every);
+    g.observe(&answer(429, &[]));
+    let factor = g.stats().rate_factor;
+    assert!(factor > 0.0 && factor < 1.0, "{factor}");
+}

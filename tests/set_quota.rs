@@ -187,3 +187,60 @@ fn a_check_racing_a_change_decides_under_one_quota_whole() {
         assert_eq!(fw.peek(&state, 0, 1).unwrap().limit(), 3);
     }
 }
+
+/// A quota change asked from inside an all-or-nothing decision (a `Limit`
+/// of the application's own that changes another member's quota from its
+/// `check_n`) is refused with a typed error: the decision then checks
+/// every member under the quota it peeked, and a refused request charges
+/// none of them.
+#[test]
+fn a_change_from_inside_a_decision_is_refused_and_the_decision_stays_whole() {
+    use rategate::policy::{AllOf, Limit};
+    use rategate::{CheckError, Decision};
+    use std::sync::{Arc, Mutex};
+
+    type Fw = RateLimiter<Adjustable<FixedWindow>, ManualClock>;
+    struct Tweaker {
+        inner: Arc<Fw>,
+        target: Arc<Fw>,
+        refused: Mutex<Option<QuotaError>>,
+    }
+    impl Limit for Tweaker {
+        fn check_n(&self, cost: u32) -> Result<Decision, CheckError> {
+            let changed = self.target.set_quota(Quota::per_minute(1).unwrap());
+            *self.refused.lock().unwrap() = changed.err();
+            self.inner.check_n(cost)
+        }
+        fn peek_n(&self, cost: u32) -> Result<Decision, CheckError> {
+            self.inner.peek_n(cost)
+        }
+        fn quota(&self) -> Option<Quota> {
+            Some(RateLimiter::quota(&*self.inner))
+        }
+    }
+    let clock = ManualClock::new();
+    let fw = || Arc::new(Fw::with_clock(Quota::per_minute(100).unwrap(), clock.clone()).unwrap());
+    let (inner, target) = (fw(), fw());
+    assert!(target.check_n(5).unwrap().is_allowed());
+    let tweaker = Arc::new(Tweaker {
+        inner: Arc::clone(&inner),
+        target: Arc::clone(&target),
+        refused: Mutex::new(None),
+    });
+    let all = AllOf::from(Arc::clone(&tweaker)).and(Arc::clone(&target));
+    let decision = all.check_n(1).unwrap();
+    assert_eq!(
+        *tweaker.refused.lock().unwrap(),
+        Some(QuotaError::ChangeInsideDecision)
+    );
+    assert!(decision.is_allowed());
+    assert_eq!(
+        RateLimiter::quota(&*target),
+        Quota::per_minute(100).unwrap()
+    );
+    assert_eq!(inner.peek_n(0).unwrap().remaining(), 99);
+    assert_eq!(target.peek_n(0).unwrap().remaining(), 94);
+    // Outside a decision the same change goes through.
+    target.set_quota(Quota::per_minute(1).unwrap()).unwrap();
+    assert_eq!(RateLimiter::quota(&*target), Quota::per_minute(1).unwrap());
+}

@@ -473,7 +473,7 @@ impl Throttle {
             && passed == 0.0
             && self
                 .last_cut
-                .is_some_and(|t| now.saturating_sub(t) <= 3 * self.every);
+                .is_some_and(|t| now.saturating_sub(t) <= self.every.saturating_mul(3));
         self.blind = if again { (blind_before * 2).min(4) } else { 1 };
         let blind = sent * s.decrease.powi(self.blind as i32);
         // `below` takes the margin off again.
