@@ -166,15 +166,20 @@ impl Divisor {
 /// operations on one atomic follow its single modification order, so no
 /// admission is lost or counted twice.
 ///
-/// Always inlined: as a call (the window algorithms' decisions are large
-/// enough that it stayed one) it moved each decision through the stack;
-/// inlined, the fixed window's denial measured about 5 ns faster.
+/// Always inlined, as are the window algorithms' and the leaky bucket's
+/// `decide` and `check`: as calls (their decisions are large enough that
+/// they stayed calls) they move each decision through the stack. Builds
+/// with and without the crate's inline attributes, paired
+/// (`cargo bench --bench direct`, rows `direct_{allow,deny}/*/manual`):
+/// the fixed window's denial took 2.9 ns against 4.1, the sliding window
+/// counter's 3.4 against 6.6 and its admission 8.8 against 10.8, the leaky
+/// bucket's denial 3.1 against 3.4; the token bucket's rows did not move,
+/// so its own functions are plain `#[inline]`.
 ///
 /// The decision core comes as a [`DecideWord`] rather than a closure: a
 /// closure wrapping a large `decide` stayed a call even with `decide`
 /// itself always inlined, and the decision then came back through the
-/// stack (the window algorithms' and the leaky bucket's denials measured
-/// 3-6 ns slower).
+/// stack.
 #[inline(always)]
 pub(crate) fn update_word<D: DecideWord>(
     state: &AtomicU64,

@@ -563,7 +563,10 @@ impl SlidingWindowLog {
     /// decision and, when admitted with a cost, the time to record it at.
     ///
     /// Always inlined: as a call it returned the decision through the stack
-    /// in pieces the CPU could not forward to the loads reading it back.
+    /// in pieces the CPU could not forward to the loads reading it back
+    /// (`cargo bench --bench direct`, `direct_deny/sliding_window_log/manual`:
+    /// 3.7 ns against 9.0 with this function, `decide_on`,
+    /// `deny_without_lock`, `lock_from` and `check` plain `#[inline]`).
     #[inline(always)]
     fn decide(&self, log: &Log, latest: u64, now: u64, cost: u32) -> (Decision, Option<u64>) {
         // One decision per kind of storage, so that the walk below runs on

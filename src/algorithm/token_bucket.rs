@@ -148,7 +148,7 @@ impl TokenBucket {
 }
 
 impl super::DecideWord for TokenBucket {
-    #[inline(always)]
+    #[inline]
     fn decide_word(&self, word: u64, now: u64, cost: u32) -> (Decision, u64) {
         self.decide(word, now, cost)
     }
@@ -180,9 +180,7 @@ impl Algorithm for TokenBucket {
         AtomicU64::new(0)
     }
 
-    // Always inlined: left a call (in some callers it was), the decision
-    // came back through the stack, measured 10-14 ns on a denial.
-    #[inline(always)]
+    #[inline]
     fn check(&self, state: &AtomicU64, now: u64, cost: u32) -> Result<Decision, CheckError> {
         check_cost(cost, self.capacity)?;
         // The shared compare-exchange loop; its comment argues the orderings.
