@@ -7,8 +7,12 @@ use crate::clock::Clock;
 use crate::stripes::keyed_lock_id;
 use crate::sync::Arc;
 use crate::{CheckError, Decision, KeyedRateLimiter, Quota, RateLimiter};
+use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+
+/// Members decided without a heap allocation (more spill to the heap).
+const INLINE: usize = 4;
 
 /// One limit a request can be checked against: a [`RateLimiter`], one key
 /// of a [`KeyedRateLimiter`] ([`KeyedLimit`]), or a type of your own,
@@ -466,7 +470,8 @@ impl AllOf {
     }
 
     fn decide(&self, cost: u32, commit: bool) -> Result<AllOfDecision, MemberError> {
-        let members: Vec<Charged<'_>> = self
+        // Up to `INLINE` members on the stack: a decision allocates nothing.
+        let members: SmallVec<[Charged<'_>; INLINE]> = self
             .members
             .iter()
             .map(|limit| Charged {
@@ -474,7 +479,8 @@ impl AllOf {
                 cost,
             })
             .collect();
-        let mut decisions = vec![unlimited(); members.len()];
+        let mut decisions: SmallVec<[Decision; INLINE]> =
+            smallvec::smallvec![unlimited(); members.len()];
         all_or_nothing::decide(&members, commit, &mut decisions)?;
         Ok(bind(&decisions))
     }
