@@ -1,13 +1,13 @@
 //! The cost of reading the time, which every check pays once.
 //!
-//! * `clock_now`, one thread: rategate's `QuantaClock::now` (quanta's raw
-//!   counter as nanoseconds since the clock's origin, clamped per thread
-//!   where the OS does not vouch for the counter), quanta's reading alone
-//!   (what governor's `QuantaClock` does), governor's `QuantaClock::now`;
-//!   rategate's `StdClock::now`, `std::time::Instant::now()`, governor's
-//!   `MonotonicClock::now`.
-//! * `clock_now_2_threads`: two threads reading one clock; aggregate time
-//!   per read (each thread sees twice it).
+//! * `clock_now`, one thread: rategate's `QuantaClock::now` (a TSC read, the
+//!   conversion to nanoseconds, and the monotonic clamp on a shared atomic
+//!   high-water mark), the same quanta read without the clamp (what rategate's
+//!   clock does before clamping, and what governor's `QuantaClock` does),
+//!   governor's `QuantaClock::now`; rategate's `StdClock::now`,
+//!   `std::time::Instant::now()`, governor's `MonotonicClock::now`.
+//! * `clock_now_2_threads`: two threads reading one clock (clones share the
+//!   high-water mark); aggregate time per read (each thread sees twice it).
 //!
 //! Governor's rows pair with rategate's by variant (`quanta`, `std`).
 
@@ -43,11 +43,11 @@ fn clock_now(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock_now");
 
     let clamped = QuantaClock::new();
-    group.bench_function(BenchmarkId::new("rategate", "quanta"), |b| {
+    group.bench_function(BenchmarkId::new("rategate_clamped", "quanta"), |b| {
         b.iter(|| clamped.now())
     });
     let unclamped = Unclamped::new();
-    group.bench_function(BenchmarkId::new("quanta_only", "quanta"), |b| {
+    group.bench_function(BenchmarkId::new("quanta_unclamped", "quanta"), |b| {
         b.iter(|| unclamped.now())
     });
     let governor_quanta = governor::clock::QuantaClock::default();
@@ -73,11 +73,11 @@ fn clock_now_2_threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock_now_2_threads");
 
     let clamped = QuantaClock::new();
-    group.bench_function(BenchmarkId::new("rategate", "quanta"), |b| {
+    group.bench_function(BenchmarkId::new("rategate_clamped", "quanta"), |b| {
         b.iter_custom(|iters| two_threads(iters, |_, _| clamped.now()))
     });
     let unclamped = Unclamped::new();
-    group.bench_function(BenchmarkId::new("quanta_only", "quanta"), |b| {
+    group.bench_function(BenchmarkId::new("quanta_unclamped", "quanta"), |b| {
         b.iter_custom(|iters| two_threads(iters, |_, _| unclamped.now()))
     });
     let governor_quanta = governor::clock::QuantaClock::default();
