@@ -11,6 +11,11 @@
 //!   per check, or as many more as the algorithm needs to admit every check;
 //!   the same time on the denied path), which isolates the algorithm from
 //!   the clock.
+//! * Variant `manual_fields`: as `manual`, then every field of the
+//!   decision read (`remaining`, `reset_after`, `retry_after`, `delay`), as
+//!   an answer with rate-limit headers does; the difference from `manual`
+//!   is what the decision's lazily derived fields save a caller that only
+//!   asks `is_allowed`.
 //! * An allowed-path benchmark whose trial run is denied is left out, with
 //!   a note on stderr: the leaky bucket admits at most `burst + 1` requests
 //!   per millisecond on one key (nginx's millisecond drain), far fewer than
@@ -24,7 +29,7 @@ use common::{
 };
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
-use rategate::{Algorithm, Clock, ManualClock, RateLimiter};
+use rategate::{Algorithm, Clock, Decision, ManualClock, RateLimiter};
 
 const TRIAL_CHECKS: u64 = 100_000;
 
@@ -80,7 +85,26 @@ impl PerAlgorithm for Allow<'_, '_> {
                     limiter.check()
                 })
             });
+        self.0
+            .bench_function(BenchmarkId::new(name, "manual_fields"), |b| {
+                b.iter(|| {
+                    now += step;
+                    clock.set(now);
+                    every_field(limiter.check())
+                })
+            });
     }
+}
+
+/// Every field of `decision`, read.
+fn every_field(decision: Decision) -> (bool, u32, u64, u64, u64) {
+    (
+        decision.is_allowed(),
+        decision.remaining(),
+        decision.reset_after_nanos(),
+        decision.retry_after_nanos(),
+        decision.delay_nanos(),
+    )
 }
 
 struct Deny<'a, 'g>(&'a mut BenchmarkGroup<'g, WallTime>);
@@ -106,6 +130,13 @@ impl PerAlgorithm for Deny<'_, '_> {
                 b.iter(|| {
                     clock.set(1_000);
                     limiter.check()
+                })
+            });
+        self.0
+            .bench_function(BenchmarkId::new(name, "manual_fields"), |b| {
+                b.iter(|| {
+                    clock.set(1_000);
+                    every_field(limiter.check())
                 })
             });
     }

@@ -59,6 +59,12 @@ use std::time::Duration;
 /// division by a count) to them. Every accessor returns the same
 /// value whenever it is called, and two decisions are equal when every
 /// accessor agrees.
+///
+/// What that saves a caller that only asks `is_allowed`
+/// (`cargo bench --bench direct`, rows `direct_deny/*/manual` against
+/// `manual_fields`, which reads every field; one run on a 2-vCPU VM): the
+/// sliding window counter's denial 5.6 ns against 48.8, the leaky
+/// bucket's 3.1 against 13.3, the fixed window's 4.7 against 11.1.
 #[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
