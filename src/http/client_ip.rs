@@ -196,7 +196,6 @@ impl ClientIp {
     /// parsed on its own: what the client wrote (left of the element the
     /// proxy appended) may be anything, non-UTF-8 included, and never
     /// hides the elements right of it.
-    #[inline(never)]
     fn walk(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let mut last_trusted = peer;
         let mut hops = 0;
@@ -246,9 +245,7 @@ impl ClientIp {
     }
 
     /// [`key_of`](Self::key_of) for an IPv6 address, or an IPv4 address
-    /// grouped by a shorter prefix: out of line, so that a whole IPv4
-    /// address's key is taken without a call.
-    #[inline(never)]
+    /// grouped by a shorter prefix.
     fn grouped_key(&self, ip: IpAddr) -> Key<'static> {
         let (prefix, full) = match ip {
             IpAddr::V4(_) => (self.v4_prefix, 32),

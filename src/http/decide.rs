@@ -55,8 +55,6 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// Out of line, as [`report_all`] is.
-    #[inline(never)]
     fn single(class: Arc<str>, rule: &Rule, decision: &Decision, quota: &Quota) -> Report {
         Report {
             class,
@@ -124,7 +122,6 @@ fn single_verdict(
 /// A rule's cost that can never pass: a configuration error, rare, out
 /// of the decision's way.
 #[cold]
-#[inline(never)]
 fn cost_too_high(rule: &Rule, error: CheckError) -> Verdict {
     Verdict::CostTooHigh {
         policy: Arc::clone(&rule.name),
@@ -200,7 +197,6 @@ pub(crate) fn decide(classes: &[ClientClass], parts: &Parts, report_allowed: boo
 /// was kept (`custom_error`, the last such class's, which is the last
 /// class's when that class is one).
 #[cold]
-#[inline(never)]
 fn no_key(
     classes: &[ClientClass],
     parts: &Parts,

@@ -122,9 +122,7 @@ pub(crate) enum Settled {
 }
 
 impl Config {
-    /// What to do with a request the limits decided. Out of line: the
-    /// service's call settles the common admission itself.
-    #[inline(never)]
+    /// What to do with a request the limits decided.
     pub(crate) fn settle(&self, verdict: Verdict) -> Settled {
         let c = self.counters.here();
         match verdict {
