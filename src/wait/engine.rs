@@ -56,6 +56,13 @@ pub(crate) trait Gate {
 }
 
 /// A denial's retry time as a step; `u64::MAX` means never.
+///
+/// The fast path's functions (this one, `consult`, `fast_path_async`, the
+/// gates' `attempt`) are always inlined and the queued path kept out of
+/// line: without those attributes a `Pacer::wait` with a free slot takes
+/// 131 instructions instead of 86, and `Pacer::until_ready` 159 instead of
+/// 124 (`measure/wait_instructions.rs`, callgrind, builds with and
+/// without them).
 #[inline(always)]
 pub(crate) fn step_of(decision: Decision) -> Result<Step, WaitError> {
     if decision.is_allowed() {
