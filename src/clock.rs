@@ -87,9 +87,10 @@ impl Monotonic {
 ///   counter and cost nothing more (on x86-64 the clock then reads the TSC
 ///   itself, `rdtsc` inline, and turns ticks into nanoseconds with one
 ///   64-bit multiplication by quanta's own calibration, where quanta's
-///   reading is a call and a 128-bit shift: a check takes 69 instructions
-///   against 88 through quanta's reading, `measure/wait_instructions.rs`
-///   mode `check` under callgrind, and a token bucket's denial 12.8 ns
+///   reading is a call and a 128-bit shift: a check takes 65 to 77
+///   instructions against 99 through quanta's reading,
+///   `measure/wait_instructions.rs` mode `check` under callgrind, and a
+///   token bucket's denial 12.8 ns
 ///   against 14.4 on a 2-vCPU VM, `cargo bench --bench direct`, builds
 ///   with and without it). Elsewhere it keeps a per-thread
 ///   high-water mark of the counter (a thread-local read and write per
