@@ -68,10 +68,6 @@ pub enum QuotaError {
         /// The period the limiter keeps, in nanoseconds.
         period_nanos: u64,
     },
-    /// A quota change (`set_quota`) was asked from code an all-or-nothing
-    /// decision runs (a `Limit` of the application's own, inside an
-    /// `AllOf`): refused, so that the decision stays all or nothing.
-    ChangeInsideDecision,
     /// A quota string could not be parsed.
     Parse {
         /// The text that was rejected.
@@ -122,9 +118,6 @@ impl fmt::Display for QuotaError {
             QuotaError::PeriodFixed { period_nanos } => write!(
                 f,
                 "this algorithm's windows keep their period of {period_nanos} ns: only the limit can change at run time"
-            ),
-            QuotaError::ChangeInsideDecision => f.write_str(
-                "a quota cannot change from inside an all-or-nothing decision: change it before or after",
             ),
             QuotaError::Parse { input, reason } => {
                 write!(f, "invalid quota {input:?}: {reason}")

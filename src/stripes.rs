@@ -134,12 +134,6 @@ pub(crate) fn mask_of(lock_id: u64) -> u64 {
     1 << stripe_of(lock_id)
 }
 
-/// Whether this thread is inside an all-or-nothing decision (holds
-/// stripes): code of the application's own that a decision runs.
-pub(crate) fn inside_decision() -> bool {
-    held::get() != 0
-}
-
 /// Runs `f` holding the stripes in `mask`, taken in ascending order in
 /// every `AllOf` (so no lock cycle is possible), each guard on its own
 /// stack frame: nothing is allocated.
@@ -151,9 +145,7 @@ pub(crate) fn inside_decision() -> bool {
 /// that waits for one of them. So a thread that already holds stripes
 /// only tries the others, and runs `f` without those it could not get:
 /// a change made from inside a decision does not wait for the decisions
-/// of other threads. (`Adjustable::set_quota` refuses instead, with
-/// `QuotaError::ChangeInsideDecision`: the decision in progress could
-/// otherwise check a member under another quota than it peeked.)
+/// of other threads.
 pub(crate) fn with_stripes<R>(mask: u64, f: impl FnOnce() -> R) -> R {
     let held = held::get();
     if held != 0 {

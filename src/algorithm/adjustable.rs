@@ -170,17 +170,19 @@ impl<A: Adjust> Adjustable<A> {
     /// # Errors
     ///
     /// What [`Adjust::retune`] refuses (a window algorithm asked for another
-    /// period, a quota the algorithm cannot represent), and
-    /// [`QuotaError::ChangeInsideDecision`] when called from code an
-    /// all-or-nothing decision runs (a [`Limit`](crate::policy::Limit) of
-    /// your own): the change could not wait for that decision, which
-    /// could then check a member under another quota than it peeked and
-    /// charge the others for a refused request. The quota in force is then
-    /// unchanged.
+    /// period, a quota the algorithm cannot represent); the quota in force
+    /// is then unchanged.
+    ///
+    /// # From inside a decision
+    ///
+    /// Called from code an all-or-nothing decision runs (a
+    /// [`Limit`](crate::policy::Limit) or HTTP `Backend` of your own, say
+    /// one whose quota follows load), the change does not wait for that
+    /// decision, which holds the stripes it would take. Retuning the
+    /// member's own limiter before its check is safe. Changing *another*
+    /// member of the same decision is not: that member may then deny at its
+    /// check after the members before it were charged.
     pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
-        if crate::stripes::inside_decision() {
-            return Err(QuotaError::ChangeInsideDecision);
-        }
         crate::stripes::with_stripes(crate::stripes::ALL_STRIPES, || self.publish(quota))
     }
 
