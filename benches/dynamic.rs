@@ -39,20 +39,21 @@ fn pair<A: Algorithm>(
     )
 }
 
+/// The quota of the allowed or the denied path, and the clock's step per
+/// check: on the allowed path twice the emission interval keeps every check
+/// admitted; on the denied path the clock stands still after one admission.
+fn path<A: Algorithm>(allow: bool) -> (Quota, u64) {
+    if allow {
+        let quota = allow_quota::<A>();
+        (quota, 2 * quota.emission_interval_nanos())
+    } else {
+        (deny_quota(), 0)
+    }
+}
+
 fn rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: AlgorithmKind, allow: bool) {
     let name = kind.name();
-    let quota = if allow {
-        allow_quota::<A>()
-    } else {
-        deny_quota()
-    };
-    // Allowed path: twice the emission interval per check keeps every check
-    // admitted; denied path: the clock stands still after one admission.
-    let step = if allow {
-        2 * quota.emission_interval_nanos()
-    } else {
-        0
-    };
+    let (quota, step) = path::<A>(allow);
     let clock = ManualClock::new();
     let (fixed, any) = pair::<A>(quota, kind, &clock);
     fixed.check();
@@ -78,16 +79,7 @@ fn rows<A: Algorithm>(group: &mut BenchmarkGroup<'_, WallTime>, kind: AlgorithmK
 
 /// `Adjustable<TokenBucket>` on the path `rows` measured.
 fn adjustable_row(group: &mut BenchmarkGroup<'_, WallTime>, allow: bool) {
-    let quota = if allow {
-        allow_quota::<TokenBucket>()
-    } else {
-        deny_quota()
-    };
-    let step = if allow {
-        2 * quota.emission_interval_nanos()
-    } else {
-        0
-    };
+    let (quota, step) = path::<TokenBucket>(allow);
     let clock = ManualClock::new();
     let limiter =
         RateLimiter::<Adjustable<TokenBucket>, _>::with_clock(quota, clock.clone()).unwrap();

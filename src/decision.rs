@@ -469,11 +469,7 @@ impl Decision {
     pub fn headers(&self, quota: &crate::Quota) -> Vec<(&'static str, String)> {
         use crate::headers::*;
         let fields = RateLimitFields::new(self, quota);
-        // A clock set before 1970 gives 0, as in the layer: a reset "in the
-        // past" rather than a panic.
-        let unix_now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let unix_now = crate::headers::unix_now_nanos();
         let mut headers = vec![
             (X_RATELIMIT_LIMIT, fields.limit().to_string()),
             (X_RATELIMIT_REMAINING, fields.remaining().to_string()),

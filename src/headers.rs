@@ -33,6 +33,14 @@ pub const RETRY_AFTER: &str = "retry-after";
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
+/// The Unix time now in nanoseconds, for a Unix-time reset. A clock set
+/// before 1970 gives 0: a reset "in the past" rather than a panic.
+pub(crate) fn unix_now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 /// How `x-ratelimit-reset` is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ResetFormat {

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use std::fmt::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A request the layer answers instead of the service, passed to the
 /// [`responder`](super::RateLimitLayerBuilder::responder) that writes the
@@ -184,11 +183,7 @@ pub(crate) fn write_headers(
     if options.x_ratelimit {
         let unix_now = match options.reset {
             ResetFormat::DeltaSeconds => 0,
-            // A clock set before 1970 gives 0: a reset "in the past" rather
-            // than a panic.
-            ResetFormat::UnixSeconds => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
+            ResetFormat::UnixSeconds => crate::headers::unix_now_nanos(),
         };
         let values = [
             u64::from(binding.limit()),
