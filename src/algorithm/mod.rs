@@ -176,6 +176,14 @@ impl Divisor {
 /// bucket's denial 3.1 against 3.4; the token bucket's rows did not move,
 /// so its own functions are plain `#[inline]`.
 ///
+/// `RateLimiter::check` and `check_n`, `Algorithm::check_one` and
+/// `AnyAlgorithm`'s dispatch are always inlined for the same reason, and
+/// paired the same way (`cargo bench --bench dynamic`, those five
+/// attributes against plain `#[inline]`): the run-time choice's denial
+/// took 3.9 ns against 6.4 for the sliding window counter and 3.3 against
+/// 3.7 for the token bucket, the static sliding window counter's denial
+/// 4.2 against 5.5.
+///
 /// The decision core comes as a [`DecideWord`] rather than a closure: a
 /// closure wrapping a large `decide` stayed a call even with `decide`
 /// itself always inlined, and the decision then came back through the

@@ -35,7 +35,11 @@
 //! without the lock) and releases it with a plain store that also
 //! publishes the summary. An uncontended admission thus pays one
 //! read-modify-write, as the one-word algorithms do; a general-purpose
-//! mutex would add a second to release (and a publication of its own). A
+//! mutex adds a second to release. Paired builds, the log behind
+//! `parking_lot`'s raw mutex (the summary still published under its
+//! sequence number) against this lock: `keyed_hit/sliding_window_log/1k_keys`
+//! 31.8 ns against 28.1, `direct_allow/sliding_window_log/manual` 20.4
+//! against 15.5 (`cargo bench --bench keyed`, `--bench direct`). A
 //! thread that finds the lock held spins briefly, then yields its CPU on
 //! each try (`crossbeam_utils::Backoff`): the critical section is a handful
 //! of loads and stores, with no call out and no system call, so parking

@@ -488,9 +488,7 @@ pub fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
     parts.extensions.get::<SocketAddr>().copied()
 }
 
-// Always inlined: called from `find_key` (each request) and `extract_key`
-// (its errors), each gets its own copy rather than a call with its frame.
-#[inline(always)]
+#[inline]
 fn header_key<'a>(
     parts: &'a Parts,
     name: &HeaderName,
