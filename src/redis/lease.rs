@@ -50,7 +50,7 @@ use super::RedisError;
 use super::connection::Target;
 use super::key::{KeySpace, quota_segment};
 use super::synced::store::{Lua, Record, Store};
-use super::synced::{Control, TaskSlot};
+use super::task::{Control, TaskSlot};
 use crate::UnixClock;
 use crate::algorithm::check_cost;
 use crate::sync::{Arc, AtomicU64, Ordering};

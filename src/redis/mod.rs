@@ -42,6 +42,7 @@ mod key;
 pub mod lease;
 mod limiter;
 pub mod synced;
+mod task;
 mod wire;
 
 pub use algorithm::{LUA_EXACT, RedisAlgorithm};
