@@ -36,7 +36,13 @@ fn nginx_log_with_malformed_lines() {
         .iter()
         .map(|m| (m.line, m.reason.as_str()))
         .collect();
-    assert_eq!(lines, vec![(3, "no [time]"), (7, "unknown month")]);
+    assert_eq!(
+        lines,
+        vec![
+            (3, "expected \" - \" after $remote_addr"),
+            (7, "$time_local: unknown month")
+        ]
+    );
     assert_eq!(r.first_time, 1_714_557_600.0);
     assert_eq!(r.last_time, 1_714_557_660.0);
     // fixed 3 per minute per client: 10.0.0.1 sends 4 in the first minute
@@ -57,7 +63,10 @@ fn nginx_log_with_malformed_lines() {
     assert_eq!(r.offered_per_bucket.len(), 61);
     assert_eq!(r.offered_per_bucket.iter().sum::<u64>(), 6);
     assert_eq!(fixed.admitted_per_bucket.iter().sum::<u64>(), 5);
-    assert!(r.text().contains("line 3: no [time]"));
+    assert!(
+        r.text()
+            .contains("line 3: expected \" - \" after $remote_addr")
+    );
 }
 
 #[test]
@@ -237,4 +246,154 @@ fn ten_million_lines_stream_in_bounded_memory() {
     // Far below the log's size: nothing grows with the line count.
     assert!(rss < 64 << 20, "peak RSS {rss}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A combined log of whole-second times: a warning with the step, the
+/// policy's interval and the share of requests that share their time.
+#[test]
+fn coarse_times_are_warned_about_with_figures() {
+    let mut log = String::new();
+    for i in 0..20 {
+        log.push_str(&format!(
+            "10.0.0.1 - - [01/May/2024:10:00:{:02} +0000] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"\n",
+            i / 4
+        ));
+    }
+    let r = run(&log, &["leaky:10r/s burst=5 nodelay"]);
+    assert_eq!(r.time_resolution_secs, 1.0);
+    assert_eq!(r.same_time, 15);
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    let w = &r.warnings[0];
+    assert!(w.contains("steps of 1 s"), "{w}");
+    assert!(w.contains("every 100 ms"), "{w}");
+    assert!(w.contains("75.0%"), "{w}");
+    assert!(w.contains("$msec"), "{w}");
+    assert!(
+        r.text()
+            .contains("warning: the log's times are steps of 1 s")
+    );
+    // A per-minute policy is coarser than the log: no warning.
+    assert!(run(&log, &["fixed:60/m"]).warnings.is_empty());
+}
+
+const MSEC_FORMAT: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" $msec $request_time";
+
+fn msec_line(addr: &str, end_ms: u64, took_ms: u64, status: u16) -> String {
+    format!(
+        "{addr} - - [01/May/2024:10:00:00 +0000] \"GET / HTTP/1.1\" {status} 1 \"-\" \"-\" {}.{:03} {}.{:03}\n",
+        end_ms / 1000,
+        end_ms % 1000,
+        took_ms / 1000,
+        took_ms % 1000
+    )
+}
+
+/// `$msec - $request_time` is the arrival; lines out of arrival order are
+/// counted and warned about, and `--reorder` decides them in time order.
+#[test]
+fn steps_back_are_warned_about_and_reordered() {
+    // Arrivals 0, 100 (ended at 900), 200, 300 ms, logged as they end.
+    let log = [
+        msec_line("10.0.0.1", 1_700_000_000_000, 0, 200),
+        msec_line("10.0.0.1", 1_700_000_000_200, 0, 200),
+        msec_line("10.0.0.1", 1_700_000_000_300, 0, 200),
+        msec_line("10.0.0.1", 1_700_000_000_900, 800, 200),
+    ]
+    .concat();
+    let mut opts = ReplayOptions::new(policies(&["leaky:10r/s"]));
+    opts.log_format = Some(MSEC_FORMAT.into());
+    let r = replay(log.as_bytes(), None, &opts).unwrap();
+    assert_eq!(r.format, LogFormat::Nginx);
+    assert_eq!(r.time_resolution_secs, 0.001);
+    assert_eq!((r.steps_back, r.largest_step_back_secs), (1, 0.2));
+    assert!(r.warnings[0].contains("--reorder 1"), "{:?}", r.warnings);
+    opts.reorder_secs = 1.0;
+    let r = replay(log.as_bytes(), None, &opts).unwrap();
+    assert_eq!(r.steps_back, 0);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // 10 r/s, no burst: 0, 100, 200, 300 ms all pass in arrival order.
+    assert_eq!(r.policies[0].admitted, 4);
+}
+
+/// 400, 408, 414 and 494 are skipped by default; `skip_status` chooses.
+#[test]
+fn statuses_limit_req_never_saw_are_skipped() {
+    let log = [
+        msec_line("10.0.0.1", 1_700_000_000_000, 0, 400),
+        msec_line("10.0.0.1", 1_700_000_000_001, 0, 408),
+        msec_line("10.0.0.1", 1_700_000_000_002, 0, 414),
+        msec_line("10.0.0.1", 1_700_000_000_003, 0, 200),
+        msec_line("10.0.0.1", 1_700_000_000_004, 0, 503),
+    ]
+    .concat();
+    let mut opts = ReplayOptions::new(policies(&["leaky:1r/s"]));
+    opts.log_format = Some(MSEC_FORMAT.into());
+    let r = replay(log.as_bytes(), None, &opts).unwrap();
+    assert_eq!((r.requests, r.skipped_status), (2, 3));
+    assert_eq!(r.policies[0].admitted, 1);
+    opts.skip_status.clear();
+    let r = replay(log.as_bytes(), None, &opts).unwrap();
+    assert_eq!((r.requests, r.skipped_status), (5, 0));
+}
+
+/// Every request's decisions, one column per policy, with its line.
+#[test]
+fn decisions_are_written_per_request() {
+    let dir = std::env::temp_dir().join(format!("rategate-decisions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("d.csv");
+    let mut opts = ReplayOptions::new(policies(&["fixed:1/s", "fixed:2/s"]));
+    opts.decisions = Some(path.clone());
+    replay(
+        &b"time,key\n0.1,\"a,b\"\n0.2,\"a,b\"\n\n0.3,\"a,b\"\n"[..],
+        None,
+        &opts,
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text,
+        "line,time,key,cost,fixed:1/1s,fixed:2/1s\n\
+         2,0.100000000,\"a,b\",1,allowed,allowed\n\
+         3,0.200000000,\"a,b\",1,denied,allowed\n\
+         5,0.300000000,\"a,b\",1,denied,denied\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A CSV whose third column is a status, a log cut mid-line, blank lines.
+#[test]
+fn hints_for_the_wrong_columns_and_the_wrong_format() {
+    let r = run("1.0,a,200\n2.0,a,404\n3.0,b,200\n", &["fixed:10/s"]);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("looks like HTTP statuses")),
+        "{:?}",
+        r.warnings
+    );
+    // Cut mid-line: the first line is a fragment, the rest is nginx.
+    let cut = "0 +0000] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"\n\
+               10.0.0.1 - - [01/May/2024:10:00:01 +0000] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"\n\
+               10.0.0.2 - - [01/May/2024:10:00:01 +0000] \"GET / HTTP/1.1\" 200 1 \"-\" \"-\"\n";
+    let r = run(cut, &["fixed:60/m"]);
+    assert_eq!(
+        (r.format, r.requests, r.malformed),
+        (LogFormat::Nginx, 2, 1)
+    );
+    // Forced to CSV, most lines fail, and the report says what to try.
+    let mut opts = ReplayOptions::new(policies(&["fixed:60/m"]));
+    opts.format = Some(LogFormat::Csv);
+    let r = replay(cut.as_bytes(), None, &opts).unwrap();
+    assert!(
+        r.warnings.iter().any(|w| w.contains("--format nginx")),
+        "{:?}",
+        r.warnings
+    );
+    // Blank lines count.
+    let r = run("\n\n\n", &["fixed:60/m"]);
+    assert_eq!((r.lines, r.requests), (3, 0));
+    // A malformed CSV line is shown whole.
+    let r = run("1,a,1,x,y\n", &["fixed:60/m"]);
+    assert_eq!(r.malformed_lines[0].text, "1,a,1,x,y");
 }

@@ -44,9 +44,32 @@ enum Command {
         /// "token:5000/h", "fixed:60/hour", "log:100/m", "counter:100/m".
         #[arg(long = "policy", short, required = true)]
         policies: Vec<String>,
-        /// The log's format (guessed from the first line when absent).
+        /// The log's format (guessed from the first lines when absent).
         #[arg(long, value_enum)]
         format: Option<Format>,
+        /// The nginx log_format the log was written with, as in nginx's
+        /// configuration (default: combined), e.g.
+        /// '$remote_addr - $remote_user [$time_local] "$request" $status
+        /// $body_bytes_sent "$http_referer" "$http_user_agent" $msec $request_time'.
+        #[arg(long)]
+        log_format: Option<String>,
+        /// The nginx variable that keys requests.
+        #[arg(long, default_value = "$remote_addr")]
+        key: String,
+        /// The nginx variable that holds each request's cost (default: 1).
+        #[arg(long)]
+        cost: Option<String>,
+        /// nginx statuses not replayed, comma-separated, or "none"
+        /// (default: 400,408,414,494, answered before limit_req runs).
+        #[arg(long)]
+        skip_status: Option<String>,
+        /// Decide requests in time order within this many seconds of the
+        /// log's time (nginx logs a request when it ends).
+        #[arg(long, default_value_t = 0.0)]
+        reorder: f64,
+        /// Write every request's decisions to this CSV file.
+        #[arg(long)]
+        decisions: Option<PathBuf>,
         /// Keys each policy's limiter holds at most.
         #[arg(long, default_value_t = 100_000)]
         max_keys: usize,
@@ -119,6 +142,12 @@ fn run(cli: Cli) -> Result<(), SimError> {
             file,
             policies,
             format,
+            log_format,
+            key,
+            cost,
+            skip_status,
+            reorder,
+            decisions,
             max_keys,
             top,
             out,
@@ -133,6 +162,14 @@ fn run(cli: Cli) -> Result<(), SimError> {
                 Format::Csv => LogFormat::Csv,
                 Format::Nginx => LogFormat::Nginx,
             });
+            opts.log_format = log_format;
+            opts.key = key;
+            opts.cost = cost;
+            if let Some(list) = skip_status {
+                opts.skip_status = parse_statuses(&list)?;
+            }
+            opts.reorder_secs = reorder;
+            opts.decisions = decisions;
             opts.max_keys = max_keys;
             opts.top = top;
             opts.progress = !quiet;
@@ -171,4 +208,24 @@ fn run(cli: Cli) -> Result<(), SimError> {
             .map_err(io)
         }
     }
+}
+
+/// `400,408` or `none`.
+fn parse_statuses(list: &str) -> Result<Vec<u16>, SimError> {
+    if list.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    list.split(',')
+        .map(|s| {
+            s.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|s| (100..=999).contains(s))
+                .ok_or_else(|| {
+                    SimError::Format(format!(
+                        "--skip-status {list:?}: statuses are numbers from 100 to 999, comma-separated, or none"
+                    ))
+                })
+        })
+        .collect()
 }

@@ -29,6 +29,9 @@ pub enum SimError {
     Check(CheckError),
     /// A replay was given no policy to apply.
     NoPolicy,
+    /// A replay's nginx log format, or its key or cost variable, cannot be
+    /// used (the message says why).
+    Format(String),
     /// Drawing a chart failed.
     Plot(String),
     /// Writing the JSON summary failed.
@@ -45,6 +48,7 @@ impl fmt::Display for SimError {
             SimError::NoPolicy => {
                 f.write_str("no policy given (for example --policy \"token:100/m\")")
             }
+            SimError::Format(e) => write!(f, "log format: {e}"),
             SimError::Plot(e) => write!(f, "drawing a chart: {e}"),
             SimError::Json(e) => write!(f, "writing JSON: {e}"),
         }

@@ -64,16 +64,20 @@ impl ReplayReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} lines ({}), {} requests over {:.0} s, {} malformed",
+            "{} lines ({}), {} requests over {:.0} s, {} malformed, {} skipped for their status",
             self.lines,
             match self.format {
                 super::LogFormat::Csv => "CSV",
-                super::LogFormat::Nginx => "nginx combined",
+                super::LogFormat::Nginx => "nginx",
             },
             self.requests,
             self.last_time - self.first_time,
-            self.malformed
+            self.malformed,
+            self.skipped_status,
         );
+        for w in &self.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
         for m in &self.malformed_lines {
             let _ = writeln!(out, "  line {}: {} ({:?})", m.line, m.reason, m.text);
         }
@@ -179,9 +183,12 @@ impl ReplayReport {
         let json = serde_json::to_string_pretty(self).map_err(|e| SimError::Json(e.to_string()))?;
         let mut html = format!(
             "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>rategate replay</title>\
-             <style>{STYLE}</style></head><body>\n<h1>Replay</h1>\n<p>{} lines, {} requests, {} malformed.</p>\n",
-            self.lines, self.requests, self.malformed
+             <style>{STYLE}</style></head><body>\n<h1>Replay</h1>\n<p>{} lines, {} requests, {} malformed, {} skipped for their status.</p>\n",
+            self.lines, self.requests, self.malformed, self.skipped_status
         );
+        for w in &self.warnings {
+            let _ = writeln!(html, "<p><strong>Warning:</strong> {}</p>", escape(w));
+        }
         html.push_str(&html_table(&self.table()));
         if !self.malformed_lines.is_empty() {
             html.push_str("<h2>Malformed lines</h2>\n<ul>\n");

@@ -1,4 +1,4 @@
-//! Parsing one line of a CSV or an nginx `combined` access log. Every
+//! Parsing a CSV record and the times and costs of both formats. Every
 //! failure is a reason string for the malformed-lines report, never a panic.
 
 use crate::sim::SEC;
@@ -23,37 +23,6 @@ pub(crate) fn csv_record<'a>(fields: &[&'a [u8]]) -> Result<Record<'a>, &'static
     Ok((time, key, cost))
 }
 
-/// An nginx `combined` line: `$remote_addr - $remote_user [$time_local]
-/// "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"`,
-/// keyed by `$remote_addr`, cost 1.
-pub(crate) fn nginx_line(line: &[u8]) -> Result<Record<'_>, &'static str> {
-    let space = line
-        .iter()
-        .position(|&b| b == b' ')
-        .ok_or("no client address")?;
-    let addr = &line[..space];
-    if addr.is_empty() {
-        return Err("no client address");
-    }
-    let open = line.iter().position(|&b| b == b'[').ok_or("no [time]")?;
-    let close = open
-        + line[open..]
-            .iter()
-            .position(|&b| b == b']')
-            .ok_or("no closing ] after the time")?;
-    let after = &line[close + 1..];
-    if !after.starts_with(b" \"") {
-        return Err("no \"request\" after the time");
-    }
-    let time = nginx_time(&line[open + 1..close])?;
-    Ok((time, addr, 1))
-}
-
-/// Whether a first line looks like nginx's format rather than CSV.
-pub(crate) fn looks_like_nginx(line: &[u8]) -> bool {
-    line.contains(&b'[') && line.contains(&b'"') && line.contains(&b' ')
-}
-
 /// Whether a CSV first record is a header (`time,key,cost`) rather than data.
 pub(crate) fn is_header(fields: &[&[u8]]) -> bool {
     fields
@@ -66,7 +35,7 @@ fn trim(b: &[u8]) -> &[u8] {
     b.trim_ascii()
 }
 
-fn parse_cost(b: &[u8]) -> Result<u32, &'static str> {
+pub(crate) fn parse_cost(b: &[u8]) -> Result<u32, &'static str> {
     let s = std::str::from_utf8(b).map_err(|_| "cost is not a number")?;
     s.parse::<u32>()
         .map_err(|_| "cost is not a whole number from 0 to 4294967295")
@@ -184,7 +153,7 @@ fn rfc3339(b: &[u8]) -> Result<u64, &'static str> {
 }
 
 /// nginx's `$time_local`: `10/Oct/2000:13:55:36 -0700`.
-fn nginx_time(b: &[u8]) -> Result<u64, &'static str> {
+pub(crate) fn nginx_time(b: &[u8]) -> Result<u64, &'static str> {
     if b.len() != 26
         || b[2] != b'/'
         || b[6] != b'/'
@@ -249,10 +218,6 @@ mod tests {
 
     #[test]
     fn lines() {
-        let l = br#"127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] "GET /a.gif HTTP/1.0" 200 2326 "-" "curl""#;
-        assert_eq!(nginx_line(l), Ok((971_211_336 * SEC, &b"127.0.0.1"[..], 1)));
-        assert!(nginx_line(b"garbage").is_err());
-        assert!(nginx_line(b"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700]").is_err());
         assert_eq!(
             csv_record(&[b"1.5", b"k", b"3"]),
             Ok((SEC + SEC / 2, &b"k"[..], 3))
