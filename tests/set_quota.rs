@@ -187,3 +187,23 @@ fn a_check_racing_a_change_decides_under_one_quota_whole() {
         assert_eq!(fw.peek(&state, 0, 1).unwrap().limit(), 3);
     }
 }
+
+/// A refund is priced at the quota in force: for the token bucket, one
+/// refunded after a lowering frees the new interval, which may be the old
+/// quota's whole bucket (the `Adjustable` docs, "Refunds across a change").
+#[test]
+fn token_bucket_refunds_are_priced_at_the_quota_in_force() {
+    let (lowered, _clock) = limiter::<TokenBucket>(Quota::per_hour(1000).unwrap());
+    assert!(lowered.check_n(1000).unwrap().is_allowed());
+    lowered.set_quota(Quota::per_hour(1).unwrap()).unwrap();
+    assert_eq!(lowered.refund(1), 1);
+    lowered.set_quota(Quota::per_hour(1000).unwrap()).unwrap();
+    assert_eq!(lowered.peek().remaining(), 999);
+    // Refunded before the change, the same request frees one token.
+    let (first, _clock) = limiter::<TokenBucket>(Quota::per_hour(1000).unwrap());
+    assert!(first.check_n(1000).unwrap().is_allowed());
+    assert_eq!(first.refund(1), 1);
+    first.set_quota(Quota::per_hour(1).unwrap()).unwrap();
+    first.set_quota(Quota::per_hour(1000).unwrap()).unwrap();
+    assert_eq!(first.peek().remaining(), 0);
+}

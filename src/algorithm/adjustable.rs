@@ -114,6 +114,19 @@ impl Adjust for SlidingWindowLog {
 /// that sweep drop such idle keys long before; a direct limiter idle that
 /// long (2^23 one-second windows is 97 days) should be rebuilt.
 ///
+/// # Refunds across a change
+///
+/// A refund is priced at the quota in force when it is made, not at the
+/// one its request was admitted under. For the counting algorithms the
+/// two are the same count. For the token bucket they are not: its state is
+/// a time to full, so a refund frees `cost` intervals of the *current*
+/// quota. After a lower quota (a longer interval) a refund frees more of
+/// the bucket than its request took. For example, a bucket of 1,000/h
+/// emptied by 1,000 requests, moved to 1/h, then refunded 1, is full
+/// again; moved back to 1,000/h, it admits another 1,000 at once. Refund
+/// before changing the quota, or expect a refund made after a lowering to
+/// give back up to the new interval's share of the old quota.
+///
 /// # Memory
 ///
 /// A change allocates the new parameters (the size of `A` and a
@@ -178,10 +191,23 @@ impl<A: Adjust> Adjustable<A> {
     /// Called from code an all-or-nothing decision runs (a
     /// [`Limit`](crate::policy::Limit) or HTTP `Backend` of your own, say
     /// one whose quota follows load), the change does not wait for that
-    /// decision, which holds the stripes it would take. Retuning the
-    /// member's own limiter before its check is safe. Changing *another*
-    /// member of the same decision is not: that member may then deny at its
-    /// check after the members before it were charged.
+    /// decision, which holds the stripes it would take, nor for any other
+    /// decision in progress. All or nothing then holds only for these
+    /// changes:
+    ///
+    /// - retuning the member's own limiter in its `peek`, or raising it in
+    ///   its `check`. A member that lowers its quota between its peek and
+    ///   its check may deny at the check after the members before it were
+    ///   charged;
+    /// - with no other thread deciding on that limiter meanwhile. A change
+    ///   made inside one decision can land between another thread's peek
+    ///   and check on the same limiter, and that decision may then charge
+    ///   its earlier members and be denied.
+    ///
+    /// Changing *another* member of the same decision is never safe: that
+    /// member may deny at its check after the members before it were
+    /// charged. Outside any decision, `set_quota` waits for the decisions
+    /// in progress and none of this applies.
     pub fn set_quota(&self, quota: Quota) -> Result<(), QuotaError> {
         crate::stripes::with_stripes(crate::stripes::ALL_STRIPES, || self.publish(quota))
     }
