@@ -397,3 +397,61 @@ fn hints_for_the_wrong_columns_and_the_wrong_format() {
     let r = run("1,a,1,x,y\n", &["fixed:60/m"]);
     assert_eq!(r.malformed_lines[0].text, "1,a,1,x,y");
 }
+
+/// What a hostile review found: each is a typed error or a right answer.
+#[test]
+fn options_and_inputs_that_used_to_mislead() {
+    let dir = std::env::temp_dir().join(format!("rategate-replay-opts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log.csv");
+    std::fs::write(&log, "1,a\n2,a\n").unwrap();
+    // The decisions file may not be the log (it would be truncated).
+    let mut opts = ReplayOptions::new(policies(&["fixed:1/s"]));
+    opts.decisions = Some(log.clone());
+    let e = replay_file(&log, &opts).unwrap_err();
+    assert!(e.to_string().contains("is the log being replayed"), "{e}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "1,a\n2,a\n");
+    // A decisions file that cannot be written names itself, not the log.
+    opts.decisions = Some(dir.join("no/such/dir/d.csv"));
+    let e = replay_file(&log, &opts).unwrap_err();
+    assert!(e.to_string().contains("no/such/dir/d.csv"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A reorder window that is not a number of seconds.
+    for bad in [f64::NAN, -1.0] {
+        let mut opts = ReplayOptions::new(policies(&["fixed:1/s"]));
+        opts.reorder_secs = bad;
+        assert!(replay(&b"1,a\n"[..], None, &opts).is_err());
+    }
+    // An infinite one sorts the whole log.
+    let mut opts = ReplayOptions::new(policies(&["fixed:1/s"]));
+    opts.reorder_secs = f64::INFINITY;
+    let r = replay(&b"10,a\n5,a\n1,a\n"[..], None, &opts).unwrap();
+    assert_eq!((r.steps_back, r.first_time, r.last_time), (0, 1.0, 10.0));
+    // Without it, the span is still from the earliest request.
+    let r = run("10,a\n5,a\n1,a\n", &["fixed:1/s"]);
+    assert_eq!((r.steps_back, r.first_time, r.last_time), (2, 1.0, 10.0));
+    // nginx options with CSV input.
+    let mut opts = ReplayOptions::new(policies(&["fixed:1/s"]));
+    opts.format = Some(LogFormat::Csv);
+    opts.key = "$http_x_key".into();
+    assert!(replay(&b"1,a\n"[..], None, &opts).is_err());
+    // A huge --top.
+    let mut opts = ReplayOptions::new(policies(&["fixed:1/s"]));
+    opts.top = usize::MAX;
+    assert_eq!(replay(&b"1,a\n"[..], None, &opts).unwrap().requests, 1);
+}
+
+/// Keys that are not UTF-8 keep budgets of their own.
+#[test]
+fn keys_that_are_not_utf8_do_not_share_a_budget() {
+    let log = b"1,\xff\n1,\xfe\n1,\\xFF\n1,\xff\n";
+    let r = replay(
+        &log[..],
+        None,
+        &ReplayOptions::new(policies(&["fixed:1/m"])),
+    )
+    .unwrap();
+    // Three keys, one request each admitted; the second \xff is denied.
+    assert_eq!((r.policies[0].admitted, r.policies[0].denied), (3, 1));
+    assert_eq!(r.policies[0].top_denied[0].key, "\\xFF");
+}

@@ -222,7 +222,7 @@ fn parse_statuses(list: &str) -> Result<Vec<u16>, SimError> {
                 .ok()
                 .filter(|s| (100..=999).contains(s))
                 .ok_or_else(|| {
-                    SimError::Format(format!(
+                    SimError::Invalid(format!(
                         "--skip-status {list:?}: statuses are numbers from 100 to 999, comma-separated, or none"
                     ))
                 })

@@ -32,6 +32,15 @@ pub enum SimError {
     /// A replay's nginx log format, or its key or cost variable, cannot be
     /// used (the message says why).
     Format(String),
+    /// A replay's option cannot be used (the message says why).
+    Invalid(String),
+    /// A file the replay writes (the decisions) could not be written.
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
     /// Drawing a chart failed.
     Plot(String),
     /// Writing the JSON summary failed.
@@ -49,6 +58,8 @@ impl fmt::Display for SimError {
                 f.write_str("no policy given (for example --policy \"token:100/m\")")
             }
             SimError::Format(e) => write!(f, "log format: {e}"),
+            SimError::Invalid(e) => f.write_str(e),
+            SimError::Output { path, source } => write!(f, "{}: {source}", path.display()),
             SimError::Plot(e) => write!(f, "drawing a chart: {e}"),
             SimError::Json(e) => write!(f, "writing JSON: {e}"),
         }
@@ -60,7 +71,7 @@ impl std::error::Error for SimError {
     // continues below it (as `#[error(transparent)]` does): printed once.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SimError::Io { source, .. } => source.source(),
+            SimError::Io { source, .. } | SimError::Output { source, .. } => source.source(),
             SimError::Quota(e) => e.source(),
             SimError::Check(e) => e.source(),
             _ => None,

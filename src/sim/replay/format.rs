@@ -8,7 +8,7 @@
 //! matcher tries each place in turn, checks the variables whose shape is
 //! known (`$time_local`, `$msec`, `$status`, ...), and takes the first way
 //! through that reads the whole line. The tries per line are bounded, so a
-//! hostile line costs at most [`MAX_STEPS`] steps.
+//! hostile line costs at most a few times its length (`SCAN_FACTOR`).
 
 use super::parse;
 use crate::sim::SEC;
@@ -16,9 +16,11 @@ use crate::sim::SEC;
 /// nginx's predefined `combined` format.
 pub const COMBINED: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
 
-/// The most places a line's variables are tried at before it is called
-/// ambiguous.
-const MAX_STEPS: usize = 2_000;
+/// A line's budget of tries and bytes searched is `SCAN_FACTOR x length +
+/// MIN_SCAN`: spent, the line is called ambiguous. A line nginx writes
+/// takes one try per variable and searches each byte about once.
+const SCAN_FACTOR: usize = 16;
+const MIN_SCAN: usize = 4_096;
 
 /// A piece of a format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +69,9 @@ impl Format {
     /// Compiles `format` (nginx's syntax: `$name` or `${name}`), keyed by
     /// the variable `key` and costed by `cost` (names with or without `$`).
     pub(crate) fn new(format: &str, key: &str, cost: Option<&str>) -> Result<Format, FormatError> {
-        let pieces = pieces(format)?;
+        // Lines are read without their trailing white space: so is the
+        // format (nginx configurations often end a format in a space).
+        let pieces = pieces(format.trim_end())?;
         let names: Vec<String> = pieces
             .iter()
             .filter_map(|p| match p {
@@ -75,9 +79,16 @@ impl Format {
                 Piece::Text(_) => None,
             })
             .collect();
+        let bare = |name: &str| {
+            let name = name.trim().trim_start_matches('$');
+            name.strip_prefix('{')
+                .and_then(|n| n.strip_suffix('}'))
+                .unwrap_or(name)
+                .to_string()
+        };
         let find = |name: &str| {
-            let name = name.trim_start_matches('$');
-            names.iter().position(|n| n == name)
+            let name = bare(name);
+            names.iter().position(|n| *n == name)
         };
         let key_at = find(key).ok_or_else(|| {
             format!(
@@ -126,11 +137,18 @@ impl Format {
     /// Reads `line`, or says which variable failed.
     pub(crate) fn read<'a>(&self, line: &'a [u8]) -> Result<Line<'a>, String> {
         let mut values: Vec<&[u8]> = Vec::with_capacity(self.names.len());
-        let mut steps = 0;
+        // Tries and bytes searched together: each search charges the bytes
+        // it passed, so a line costs at most about `SCAN_FACTOR` times its
+        // length.
+        let mut budget = SCAN_FACTOR
+            .saturating_mul(line.len())
+            .saturating_add(MIN_SCAN);
         let mut failed = None;
-        if !self.walk(line, 0, 0, &mut values, &mut steps, &mut failed) {
-            if steps >= MAX_STEPS {
-                return Err(format!("more than {MAX_STEPS} ways to split the line"));
+        if !self.walk(line, 0, 0, &mut values, &mut budget, &mut failed) {
+            if budget == 0 {
+                return Err(
+                    "too many ways to split the line between the format's variables".into(),
+                );
             }
             return Err(match failed {
                 Some((_, Failure::Text(text, Some(i)))) => format!(
@@ -154,7 +172,9 @@ impl Format {
         if let Some(i) = self.request_time {
             let took =
                 parse::parse_time(values[i]).map_err(|e| format!("${}: {e}", self.names[i]))?;
-            time = time.saturating_sub(took);
+            time = time.checked_sub(took).ok_or_else(|| {
+                format!("${} is longer than ${}", self.names[i], self.names[time_at])
+            })?;
         }
         let key = values[self.key];
         if key.is_empty() || key == b"-" {
@@ -187,11 +207,11 @@ impl Format {
         piece: usize,
         pos: usize,
         values: &mut Vec<&'a [u8]>,
-        steps: &mut usize,
+        budget: &mut usize,
         failed: &mut Option<(usize, Failure)>,
     ) -> bool {
-        *steps += 1;
-        if *steps >= MAX_STEPS {
+        *budget = budget.saturating_sub(1);
+        if *budget == 0 {
             return false;
         }
         match self.pieces.get(piece) {
@@ -209,7 +229,7 @@ impl Format {
             }
             Some(Piece::Text(text)) => {
                 if line[pos..].starts_with(text) {
-                    return self.walk(line, piece + 1, pos + text.len(), values, steps, failed);
+                    return self.walk(line, piece + 1, pos + text.len(), values, budget, failed);
                 }
                 let last = values.len().checked_sub(1);
                 note(failed, pos, Failure::Text(text.clone(), last));
@@ -231,18 +251,48 @@ impl Format {
                     values.push(value);
                     return true;
                 };
+                if let Some(width) = fixed_width(name) {
+                    // One place only: the value's own width.
+                    let end = pos + width;
+                    let Some(value) = line.get(pos..end) else {
+                        note(failed, pos, Failure::Var(var, "the line ends inside it"));
+                        return false;
+                    };
+                    if let Err(reason) = check(name, value) {
+                        note(failed, pos, Failure::Var(var, reason));
+                        return false;
+                    }
+                    if !line[end..].starts_with(next) {
+                        note(failed, end, Failure::Text(next.to_vec(), Some(var)));
+                        return false;
+                    }
+                    values.push(value);
+                    if self.walk(line, piece + 2, end + next.len(), values, budget, failed) {
+                        return true;
+                    }
+                    values.truncate(var);
+                    return false;
+                }
                 let mut from = pos;
-                while let Some(at) = find(&line[from..], next) {
+                loop {
+                    let found = find(&line[from..], next);
+                    // Charged for the bytes this search passed.
+                    *budget = budget.saturating_sub(found.unwrap_or(line.len() - from));
+                    if *budget == 0 {
+                        return false;
+                    }
+                    let Some(at) = found else { break };
                     let end = from + at;
                     let value = &line[pos..end];
                     match check(name, value) {
                         Ok(()) => {
                             values.push(value);
-                            if self.walk(line, piece + 2, end + next.len(), values, steps, failed) {
+                            if self.walk(line, piece + 2, end + next.len(), values, budget, failed)
+                            {
                                 return true;
                             }
                             values.truncate(var);
-                            if *steps >= MAX_STEPS {
+                            if *budget == 0 {
                                 return false;
                             }
                         }
@@ -351,6 +401,16 @@ fn pieces(format: &str) -> Result<Vec<Piece>, FormatError> {
         return Err("the log format is empty".into());
     }
     Ok(pieces)
+}
+
+/// The width of every value of the variable `name`, where it has one.
+fn fixed_width(name: &str) -> Option<usize> {
+    match name {
+        // `10/Oct/2000:13:55:36 -0700`.
+        "time_local" => Some(26),
+        "status" => Some(3),
+        _ => None,
+    }
 }
 
 /// Whether `value` holds a byte that no value of the variable `name` can
@@ -564,6 +624,45 @@ mod tests {
         assert!(Format::new("$remote_addr", "remote_addr", None).is_err());
         assert!(Format::new("", "remote_addr", None).is_err());
         assert!(Format::new("$ $msec", "msec", None).is_err());
+    }
+
+    #[test]
+    fn lines_built_to_be_slow_stay_linear() {
+        let f = Format::new(
+            &format!("{COMBINED} $msec $request_time"),
+            "remote_addr",
+            None,
+        )
+        .unwrap();
+        for (user, request) in [
+            (" [".repeat(50_000), "GET / HTTP/1.1".to_string()),
+            ("-".to_string(), "\" 200 5 \"".repeat(10_000)),
+            ("] \" [".repeat(20_000), "\" [] \"".repeat(10_000)),
+        ] {
+            let line = format!(
+                r#"1.2.3.4 - {user} [10/Oct/2000:13:55:36 -0700] "{request}" 200 5 "-" "-" 971211336.750 0.250"#
+            );
+            let start = std::time::Instant::now();
+            let _ = f.read(line.as_bytes());
+            // Linear work is a few ms even unoptimised; the quadratic
+            // search this bounds took seconds.
+            assert!(
+                start.elapsed() < std::time::Duration::from_millis(500),
+                "{:?}",
+                start.elapsed()
+            );
+        }
+        // A `$request_time` longer than `$msec` is malformed, not 1970.
+        let e = f
+            .read(br#"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] "GET /" 200 5 "-" "-" 1.000 5.000"#)
+            .unwrap_err();
+        assert!(e.contains("$request_time is longer than $msec"), "{e}");
+    }
+
+    #[test]
+    fn formats_end_as_lines_do_and_names_take_braces() {
+        let f = Format::new("$msec $remote_addr $status ", "${remote_addr}", None).unwrap();
+        assert_eq!(f.read(b"1.5 a 200").unwrap().key, b"a");
     }
 
     #[test]

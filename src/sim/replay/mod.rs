@@ -199,15 +199,16 @@ pub struct ReplayReport {
     pub warnings: Vec<String>,
     /// The first of them.
     pub malformed_lines: Vec<MalformedLine>,
-    /// The first request's time, seconds (since the Unix epoch for nginx
+    /// The earliest request's time, seconds (since the Unix epoch for nginx
     /// logs and absolute CSV times).
     pub first_time: f64,
     /// The latest request's time, seconds.
     pub last_time: f64,
     /// Width of the per-bucket series, seconds.
     pub bucket_secs: f64,
-    /// Requests offered per bucket, from `first_time` (rounded down to the
-    /// bucket width).
+    /// Requests offered per bucket, from the first request decided
+    /// (rounded down to the bucket width); requests earlier than it (times
+    /// that step back) count in the first bucket.
     pub offered_per_bucket: Vec<u64>,
     /// One report per policy, in the order given.
     pub policies: Vec<PolicyReport>,
@@ -240,7 +241,7 @@ struct Replayer {
     latest_decided: Option<u64>,
     /// The finest time step seen (a power of 1,000 of nanoseconds).
     finest: u64,
-    decisions: Option<csv::Writer<std::io::BufWriter<std::fs::File>>>,
+    decisions: Option<(csv::Writer<std::io::BufWriter<std::fs::File>>, PathBuf)>,
     /// One policy's decision per column, reused.
     row: Vec<&'static str>,
 }
@@ -280,7 +281,7 @@ impl Replayer {
                         overflowed: 0,
                         admitted_per_bucket: Vec::new(),
                     },
-                    top: TopKeys::new((opts.top * 8).max(64)),
+                    top: TopKeys::new(opts.top.saturating_mul(8).clamp(64, 1 << 20)),
                 })
             })
             .collect::<Result<Vec<_>, SimError>>()?;
@@ -321,7 +322,10 @@ impl Replayer {
 
     /// Opens the decisions file and writes its header.
     fn write_decisions_to(&mut self, path: &Path) -> Result<(), SimError> {
-        let file = std::fs::File::create(path).map_err(|e| SimError::io(path, e))?;
+        let file = std::fs::File::create(path).map_err(|e| SimError::Output {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
         let mut out = csv::Writer::from_writer(std::io::BufWriter::new(file));
         let mut header = vec![
             "line".to_string(),
@@ -330,9 +334,11 @@ impl Replayer {
             "cost".into(),
         ];
         header.extend(self.runs.iter().map(|r| r.report.policy.clone()));
-        out.write_record(&header)
-            .map_err(|e| SimError::io(path, std::io::Error::other(e)))?;
-        self.decisions = Some(out);
+        out.write_record(&header).map_err(|e| SimError::Output {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        })?;
+        self.decisions = Some((out, path.to_path_buf()));
         Ok(())
     }
 
@@ -417,24 +423,27 @@ impl Replayer {
         self.latest_decided = Some(self.latest_decided.map_or(time, |l| l.max(time)));
         self.finest = self.finest.min(format::resolution(time));
         self.request(time, key, cost);
-        if let Some(out) = &mut self.decisions {
+        if let Some((out, path)) = &mut self.decisions {
             let time = format!("{}.{:09}", time / SEC, time % SEC);
             let cost = cost.to_string();
             let line = line.to_string();
             let mut record: Vec<&[u8]> =
                 vec![line.as_bytes(), time.as_bytes(), key, cost.as_bytes()];
             record.extend(self.row.iter().map(|d| d.as_bytes()));
-            out.write_record(&record)
-                .map_err(|e| SimError::io("<decisions>", std::io::Error::other(e)))?;
+            out.write_record(&record).map_err(|e| SimError::Output {
+                path: path.clone(),
+                source: std::io::Error::other(e),
+            })?;
         }
         Ok(())
     }
 
     fn request(&mut self, time: u64, key: &[u8], cost: u32) {
         self.row.clear();
-        let key: Cow<str> = String::from_utf8_lossy(key);
-        if self.report.requests == 0 {
-            self.report.first_time = time as f64 / SEC as f64;
+        let key = key_text(key);
+        let secs = time as f64 / SEC as f64;
+        if self.report.requests == 0 || secs < self.report.first_time {
+            self.report.first_time = secs;
         }
         self.report.requests += 1;
         self.report.last_time = self.report.last_time.max(time as f64 / SEC as f64);
@@ -684,6 +693,7 @@ pub fn replay<R: BufRead>(
     total_bytes: Option<u64>,
     opts: &ReplayOptions,
 ) -> Result<ReplayReport, SimError> {
+    check_options(opts)?;
     let io = |e| SimError::io("<input>", e);
     let nginx = format::Format::new(
         opts.log_format.as_deref().unwrap_or(COMBINED),
@@ -801,9 +811,11 @@ pub fn replay<R: BufRead>(
         }
     }
     rep.drain()?;
-    if let Some(out) = &mut rep.decisions {
-        out.flush()
-            .map_err(|e| SimError::io(opts.decisions.as_deref().unwrap_or(Path::new("")), e))?;
+    if let Some((out, path)) = &mut rep.decisions {
+        out.flush().map_err(|e| SimError::Output {
+            path: path.clone(),
+            source: e,
+        })?;
     }
     if let Some(b) = &bar {
         b.finish_and_clear();
@@ -838,13 +850,54 @@ fn guess(head: &[u8], nginx: &format::Format) -> LogFormat {
     }
 }
 
-/// Seconds as nanoseconds, saturating; 0 for anything not positive.
+/// A key's bytes as the limiters' `String` key, one text per byte string:
+/// valid UTF-8 without a backslash as it is; anything else with each
+/// backslash doubled and each byte that is not UTF-8 as `\xHH` (nginx's
+/// own escape), so two different byte strings never share a budget.
+fn key_text(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.contains('\\') => Cow::Borrowed(text),
+        _ => {
+            let mut out = String::with_capacity(bytes.len() + 8);
+            for chunk in bytes.utf8_chunks() {
+                out.push_str(&chunk.valid().replace('\\', "\\\\"));
+                for b in chunk.invalid() {
+                    out.push_str(&format!("\\x{b:02X}"));
+                }
+            }
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// Seconds (not negative, not NaN: see [`check_options`]) as nanoseconds,
+/// saturating: an infinite window sorts the whole log.
 fn secs_to_nanos(secs: f64) -> u64 {
-    if secs.is_finite() && secs > 0.0 {
+    if secs > 0.0 {
         (secs * SEC as f64).min(u64::MAX as f64) as u64
     } else {
         0
     }
+}
+
+/// The options a replay cannot use, as [`SimError::Invalid`].
+fn check_options(opts: &ReplayOptions) -> Result<(), SimError> {
+    let invalid = |what: &str| Err(SimError::Invalid(what.to_string()));
+    if opts.reorder_secs.is_nan() || opts.reorder_secs < 0.0 {
+        return invalid("the reorder window must be 0 or more seconds");
+    }
+    if opts.max_keys == 0 {
+        return invalid("max_keys must be at least 1");
+    }
+    let nginx_options = opts.log_format.is_some()
+        || opts.cost.is_some()
+        || opts.key.trim_start_matches('$') != "remote_addr";
+    if opts.format == Some(LogFormat::Csv) && nginx_options {
+        return invalid(
+            "the log format, key and cost variables apply to nginx logs, not to CSV (time,key[,cost])",
+        );
+    }
+    Ok(())
 }
 
 /// A duration for a message: `1 s`, `100 ms`, `250 µs`, `40 ns`.
@@ -869,12 +922,28 @@ fn human_nanos(n: u64) -> String {
 /// As [`replay`], and [`SimError::Io`] when the file cannot be opened.
 pub fn replay_file(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, SimError> {
     let file = std::fs::File::open(path).map_err(|e| SimError::io(path, e))?;
+    if let Some(decisions) = &opts.decisions
+        && same_file(path, decisions)
+    {
+        return Err(SimError::Invalid(format!(
+            "the decisions file {} is the log being replayed",
+            decisions.display()
+        )));
+    }
     let len = file.metadata().ok().map(|m| m.len());
     let reader = std::io::BufReader::with_capacity(1 << 16, file);
     replay(reader, len, opts).map_err(|e| match e {
         SimError::Io { source, .. } => SimError::io(path, source),
         e => e,
     })
+}
+
+/// Whether `a` and `b` name one existing file (through links too).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn progress_bar(on: bool, total: Option<u64>) -> Option<indicatif::ProgressBar> {
