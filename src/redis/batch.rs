@@ -298,17 +298,17 @@ impl Drop for Active<'_> {
 }
 
 impl Batcher {
-    /// Starts the driver task on the current tokio runtime, on its own
-    /// connection to the server `info` names (see `wire.rs`). `single` is
+    /// Starts the driver task on the current tokio runtime, on `wire`, its
+    /// own connection to the server (see `wire.rs`). `single` is
     /// the algorithm's script and `batch` its looped form (see
     /// [`batch_script`]); `keys` and `suffixes` name each decision's Redis
     /// keys.
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] for an address the driver cannot open.
+    /// [`RedisError::Config`] for a `depth` outside 1 to 64.
     pub(crate) fn start(
-        info: redis::ConnectionInfo,
+        wire: Wire,
         single: &str,
         batch: String,
         params: Vec<i64>,
@@ -326,7 +326,7 @@ impl Batcher {
         }
         let (queue, jobs) = mpsc::unbounded_channel();
         let link = Link {
-            wire: Wire::new(info)?,
+            wire,
             batch: Loaded::new(batch),
             single: Loaded::new(single.to_owned()),
             params,

@@ -19,6 +19,89 @@ pub(crate) enum Target {
     Cluster(Vec<String>),
 }
 
+/// TLS settings beyond what a `rediss://` URL says: by default the
+/// system's trusted certificates and no client certificate. Given to a
+/// Redis limiter's builder with `tls`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[cfg(feature = "redis-tls")]
+/// # async fn run() -> Result<(), rategate::redis::RedisError> {
+/// use rategate::redis::{RedisLimiter, Tls};
+/// use rategate::{Quota, TokenBucket};
+///
+/// let ca = std::fs::read("ca.pem").map_err(|e| rategate::redis::RedisError::Tls(e.to_string()))?;
+/// let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_second(100)?)
+///     .url("rediss://redis.internal:6380")
+///     .tls(Tls::new().root_certificate(ca))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// Trust these CA certificates (PEM) instead of the system's.
+    pub(crate) root_cert: Option<Vec<u8>>,
+    /// Present this certificate chain and key (PEM) to the server.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    /// The system's trusted certificates, no client certificate.
+    pub fn new() -> Tls {
+        Tls::default()
+    }
+
+    /// Trusts the CA certificates in `pem` (one or more) instead of the
+    /// system's: a server with a private CA.
+    pub fn root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Tls {
+        self.root_cert = Some(pem.into());
+        self
+    }
+
+    /// Presents `certificate` (a PEM chain) and its private `key` (PEM) to
+    /// the server: `tls-auth-clients yes`.
+    pub fn client_certificate(
+        mut self,
+        certificate: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Tls {
+        self.client = Some((certificate.into(), key.into()));
+        self
+    }
+}
+
+/// A redis-rs client for `url`, with `tls`'s certificates when set.
+pub(crate) fn client(url: &str, tls: &Tls) -> Result<redis::Client, RedisError> {
+    #[cfg(feature = "redis-tls")]
+    if tls.root_cert.is_some() || tls.client.is_some() {
+        return Ok(redis::Client::build_with_tls(url, certificates(tls))?);
+    }
+    let _ = tls;
+    redis::Client::open(url).map_err(|e| {
+        if url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+            RedisError::Tls("a rediss:// URL needs the crate's `redis-tls` feature".into())
+        } else {
+            RedisError::Redis(e)
+        }
+    })
+}
+
+#[cfg(feature = "redis-tls")]
+fn certificates(tls: &Tls) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .clone()
+            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+        root_cert: tls.root_cert.clone(),
+    }
+}
+
 /// A live connection; cheap to clone (both kinds multiplex one socket per
 /// node).
 #[derive(Clone)]
@@ -32,6 +115,7 @@ pub(crate) enum Connection {
 /// `NOSCRIPT`). The whole connect is bounded by `timeout`, at least 5 s.
 pub(crate) async fn connect(
     target: Option<Target>,
+    tls: &Tls,
     timeout: Duration,
     scripts: &[&redis::Script],
 ) -> Result<Connection, RedisError> {
@@ -41,7 +125,7 @@ pub(crate) async fn connect(
                 "no Redis server: call url() or cluster()",
             )),
             Some(Target::Url(url)) => {
-                let client = redis::Client::open(url)?;
+                let client = client(&url, tls)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
@@ -54,10 +138,16 @@ pub(crate) async fn connect(
                 Ok(Connection::Single(manager))
             }
             Some(Target::Cluster(nodes)) => {
-                let client = redis::cluster::ClusterClient::builder(nodes)
+                let builder = redis::cluster::ClusterClient::builder(nodes)
                     .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .build()?;
+                    .response_timeout(timeout);
+                #[cfg(feature = "redis-tls")]
+                let builder = if tls.root_cert.is_some() || tls.client.is_some() {
+                    builder.certs(certificates(tls))
+                } else {
+                    builder
+                };
+                let client = builder.build()?;
                 Ok(Connection::Cluster(client.get_async_connection().await?))
             }
         }

@@ -22,6 +22,10 @@ pub enum RedisError {
     TimeOutOfRange(u64),
     /// The blocking limiter's runtime could not start.
     Runtime(std::io::Error),
+    /// The TLS settings cannot be used (a certificate or key that does not
+    /// parse, a `rediss://` URL without the `redis-tls` feature); the
+    /// message says which.
+    Tls(String),
 }
 
 impl fmt::Display for RedisError {
@@ -37,6 +41,7 @@ impl fmt::Display for RedisError {
                 "client time {t} ns is beyond the scripts' exact range (2^52); use server time"
             ),
             RedisError::Runtime(e) => write!(f, "could not start the blocking runtime: {e}"),
+            RedisError::Tls(what) => write!(f, "TLS to Redis: {what}"),
         }
     }
 }

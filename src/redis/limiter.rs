@@ -2,8 +2,9 @@
 
 use super::batch::{Batcher, batch_script};
 use super::cache::DenialCache;
-use super::connection::{Connection, Target, connect, share_limiter};
+use super::connection::{Connection, Target, client, connect, share_limiter};
 use super::key::{KeySpace, quota_segment};
+use super::wire::Wire;
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
 use crate::algorithm::check_cost;
 use crate::policy::StoreDown;
@@ -180,6 +181,7 @@ struct Inner<A: RedisAlgorithm, C: Clock> {
 pub struct RedisLimiterBuilder<A, C> {
     quota: Quota,
     target: Option<Target>,
+    tls: super::Tls,
     prefix: String,
     time: TimeSource<C>,
     clock: C,
@@ -199,6 +201,7 @@ impl<A: RedisAlgorithm, C: Clock + Default> RedisLimiter<A, C> {
         RedisLimiterBuilder {
             quota,
             target: None,
+            tls: super::Tls::default(),
             prefix: "rategate".to_owned(),
             time: TimeSource::Server,
             clock: C::default(),
@@ -216,6 +219,15 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
     /// A single Redis server, as `redis://host:port/db`.
     pub fn url(mut self, url: &str) -> Self {
         self.target = Some(Target::Url(url.to_owned()));
+        self
+    }
+
+    /// TLS settings for a `rediss://` server: a private CA, a client
+    /// certificate (feature `redis-tls`). Without them a `rediss://` URL
+    /// trusts the system's certificates.
+    #[cfg(feature = "redis-tls")]
+    pub fn tls(mut self, tls: super::Tls) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -319,13 +331,13 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let batch = redis::Script::new(&batch_source);
         let timeout = self.timeout;
         let single = match &self.target {
-            Some(Target::Url(url)) => Some(redis::Client::open(url.as_str())?),
+            Some(Target::Url(url)) => Some(client(url, &self.tls)?),
             _ => None,
         };
-        let connection = connect(self.target, timeout, &[&script, &batch]).await?;
+        let connection = connect(self.target, &self.tls, timeout, &[&script, &batch]).await?;
         let batcher = match single {
             Some(client) => Some(Batcher::start(
-                client.get_connection_info().clone(),
+                Wire::new(client.get_connection_info().clone(), &self.tls)?,
                 A::SCRIPT,
                 batch_source,
                 params.clone(),

@@ -46,6 +46,7 @@ mod task;
 mod wire;
 
 pub use algorithm::{LUA_EXACT, RedisAlgorithm};
+pub use connection::Tls;
 pub use error::RedisError;
 pub use lease::{LeaseStats, LeasedLimiter, LeasedLimiterBuilder};
 pub use limiter::{

@@ -13,10 +13,12 @@
 //! of `cargo run --release --features redis --example redis_throughput`),
 //! and the same at 1 and 16. The connection is opened on first use and
 //! after any failure or timeout (a late reply would answer a later
-//! request), with the URL's user, password and database; RESP2, no TLS (a
-//! `rediss://` URL is refused when the limiter is built).
+//! request), with the URL's user, password and database; RESP2; over TLS
+//! (rustls, feature `redis-tls`) for a `rediss://` URL, verifying the
+//! server's certificate against the limiter's [`Tls`] roots.
 
 use super::RedisError;
+use super::connection::Tls;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind};
 use std::io;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,6 +28,8 @@ enum Stream {
     Tcp(tokio::net::TcpStream),
     #[cfg(unix)]
     Unix(tokio::net::UnixStream),
+    #[cfg(feature = "redis-tls")]
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
 }
 
 impl Stream {
@@ -34,6 +38,8 @@ impl Stream {
             Stream::Tcp(s) => s.write_all(bytes).await,
             #[cfg(unix)]
             Stream::Unix(s) => s.write_all(bytes).await,
+            #[cfg(feature = "redis-tls")]
+            Stream::Tls(s) => s.write_all(bytes).await,
         }
     }
 
@@ -42,6 +48,8 @@ impl Stream {
             Stream::Tcp(s) => s.read_buf(buf).await,
             #[cfg(unix)]
             Stream::Unix(s) => s.read_buf(buf).await,
+            #[cfg(feature = "redis-tls")]
+            Stream::Tls(s) => s.read_buf(buf).await,
         }
     }
 }
@@ -64,6 +72,9 @@ pub(crate) enum Reply {
 /// The driver's connection.
 pub(crate) struct Wire {
     info: ConnectionInfo,
+    /// For a `rediss://` address: how to verify the server.
+    #[cfg(feature = "redis-tls")]
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     stream: Option<Stream>,
     /// Replies owed on this socket: commands written whose reply has not
     /// been read whole. The driver keeps up to its batches in flight
@@ -83,19 +94,35 @@ impl Wire {
     /// # Errors
     ///
     /// [`RedisError::Config`] for an address it cannot open (TLS).
-    pub(crate) fn new(info: ConnectionInfo) -> Result<Wire, RedisError> {
+    pub(crate) fn new(info: ConnectionInfo, tls: &Tls) -> Result<Wire, RedisError> {
+        let _ = tls;
+        #[cfg(feature = "redis-tls")]
+        let mut config = None;
         match info.addr() {
             ConnectionAddr::Tcp(..) => {}
             #[cfg(unix)]
             ConnectionAddr::Unix(_) => {}
+            #[cfg(feature = "redis-tls")]
+            ConnectionAddr::TcpTls { insecure, .. } => {
+                if *insecure {
+                    return Err(RedisError::Tls(
+                        "the batching connection verifies the server's certificate: \
+                         remove #insecure from the URL, or give the CA with tls()"
+                            .into(),
+                    ));
+                }
+                config = Some(tls_config(tls)?);
+            }
             _ => {
                 return Err(RedisError::Config(
-                    "batching needs a plain TCP or Unix socket address",
+                    "batching needs a TCP, TLS or Unix socket address",
                 ));
             }
         }
         Ok(Wire {
             info,
+            #[cfg(feature = "redis-tls")]
+            tls: config,
             stream: None,
             owed: 0,
             buf: Vec::with_capacity(4096),
@@ -228,6 +255,20 @@ impl Wire {
             ConnectionAddr::Unix(path) => {
                 Stream::Unix(tokio::net::UnixStream::connect(path).await?)
             }
+            #[cfg(feature = "redis-tls")]
+            ConnectionAddr::TcpTls { host, port, .. } => {
+                let Some(config) = self.tls.clone() else {
+                    return Err(io::Error::from(io::ErrorKind::Unsupported).into());
+                };
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                socket.set_nodelay(true)?;
+                let stream = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, socket)
+                    .await?;
+                Stream::Tls(Box::new(stream))
+            }
             _ => return Err(io::Error::from(io::ErrorKind::Unsupported).into()),
         };
         self.stream = Some(stream);
@@ -256,6 +297,55 @@ impl Wire {
             _ => Ok(()),
         }
     }
+}
+
+/// The rustls configuration for `tls`: its roots (else the system's) and
+/// its client certificate, on the ring provider.
+#[cfg(feature = "redis-tls")]
+fn tls_config(tls: &Tls) -> Result<std::sync::Arc<rustls::ClientConfig>, RedisError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &str, e: &dyn std::fmt::Display| RedisError::Tls(format!("{what}: {e}"));
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.root_cert {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| bad("the root certificate", &e))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| bad("the root certificate", &e))?;
+            }
+            if roots.is_empty() {
+                return Err(RedisError::Tls(
+                    "the root certificate holds no PEM certificate".into(),
+                ));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            // Certificates the system has but rustls cannot read are
+            // skipped, as redis-rs's own connection skips them.
+            let _ = roots.add_parsable_certificates(found.certs);
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("the TLS versions", &e))?
+        .with_root_certificates(roots);
+    let config = match &tls.client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad("the client certificate", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| bad("the client certificate", &e))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(std::sync::Arc::new(config))
 }
 
 /// An error reply as redis-rs's error.

@@ -8,6 +8,7 @@ use super::*;
 pub struct LeasedLimiterBuilder<C> {
     quota: Quota,
     target: Option<Target>,
+    tls: super::super::Tls,
     prefix: String,
     clock: C,
     interval: Duration,
@@ -40,6 +41,7 @@ impl LeasedLimiter<UnixClock> {
         LeasedLimiterBuilder {
             quota,
             target: None,
+            tls: super::super::Tls::default(),
             prefix: "rategate".to_owned(),
             clock: UnixClock::new(),
             interval: Duration::from_millis(100),
@@ -55,6 +57,15 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     /// A single Redis server, as `redis://host:port/db`.
     pub fn url(mut self, url: &str) -> Self {
         self.target = Some(Target::Url(url.to_owned()));
+        self
+    }
+
+    /// TLS settings for a `rediss://` server: a private CA, a client
+    /// certificate (feature `redis-tls`). Without them a `rediss://` URL
+    /// trusts the system's certificates.
+    #[cfg(feature = "redis-tls")]
+    pub fn tls(mut self, tls: super::super::Tls) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -79,6 +90,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         LeasedLimiterBuilder {
             quota: self.quota,
             target: self.target,
+            tls: self.tls,
             prefix: self.prefix,
             clock,
             interval: self.interval,
@@ -150,7 +162,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         let budget = Quota::with_period(limit, self.quota.period())?;
         let keys = KeySpace::new(&self.prefix, &quota_segment(&budget))?;
         let lua = Lua::new(include_str!("../scripts/lease.lua"));
-        let store = Store::connect(self.target, self.timeout, &[&lua]).await?;
+        let store = Store::connect(self.target, &self.tls, self.timeout, &[&lua]).await?;
         let limiter = LeasedLimiter {
             handle: Arc::new(Handle {
                 inner: Arc::new(Inner {

@@ -8,6 +8,7 @@ use super::*;
 pub struct SyncedLimiterBuilder<A, C> {
     quota: Quota,
     target: Option<Target>,
+    tls: super::super::Tls,
     prefix: String,
     clock: C,
     interval: Duration,
@@ -38,6 +39,7 @@ impl<A: SyncAlgorithm> SyncedLimiter<A, UnixClock> {
         SyncedLimiterBuilder {
             quota,
             target: None,
+            tls: super::super::Tls::default(),
             prefix: "rategate".to_owned(),
             clock: UnixClock::new(),
             interval: Duration::from_secs(1),
@@ -53,6 +55,15 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
     /// A single Redis server, as `redis://host:port/db`.
     pub fn url(mut self, url: &str) -> Self {
         self.target = Some(Target::Url(url.to_owned()));
+        self
+    }
+
+    /// TLS settings for a `rediss://` server: a private CA, a client
+    /// certificate (feature `redis-tls`). Without them a `rediss://` URL
+    /// trusts the system's certificates.
+    #[cfg(feature = "redis-tls")]
+    pub fn tls(mut self, tls: super::super::Tls) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -78,6 +89,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
         SyncedLimiterBuilder {
             quota: self.quota,
             target: self.target,
+            tls: self.tls,
             prefix: self.prefix,
             clock,
             interval: self.interval,
@@ -164,7 +176,7 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
         } else {
             include_str!("../scripts/sync_token_bucket.lua")
         });
-        let store = Store::connect(self.target, self.timeout, &[&lua]).await?;
+        let store = Store::connect(self.target, &self.tls, self.timeout, &[&lua]).await?;
         let inner = Arc::new(Inner {
             limit: u64::from(self.quota.limit()),
             period: self.quota.period_nanos(),

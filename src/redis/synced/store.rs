@@ -14,7 +14,7 @@
 //! own records; the caller decides what a failure means for them.
 
 use super::super::RedisError;
-use super::super::connection::{Connection, Target, connect};
+use super::super::connection::{Connection, Target, Tls, connect};
 use crate::sync::{Arc, Mutex};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -117,6 +117,7 @@ impl Store {
     /// node loads a script the first time it answers `NOSCRIPT`).
     pub(crate) async fn connect(
         target: Option<Target>,
+        tls: &Tls,
         timeout: Duration,
         scripts: &[&Lua],
     ) -> Result<Store, RedisError> {
@@ -124,7 +125,7 @@ impl Store {
             return Err(RedisError::Config("the Redis timeout must be above zero"));
         }
         let loads: Vec<&redis::Script> = scripts.iter().map(|lua| &lua.script).collect();
-        let connection = connect(target, timeout, &loads).await?;
+        let connection = connect(target, tls, timeout, &loads).await?;
         let store = Store {
             connection,
             timeout,

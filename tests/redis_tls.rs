@@ -1,0 +1,288 @@
+//! TLS to Redis (feature `redis-tls`): a real `redis-server` with a TLS
+//! port on loopback, its certificates made for the test by `openssl` (a
+//! throwaway CA, valid two days, in a temporary directory). Every Redis
+//! limiter over `rediss://`: the batched and the lone path of
+//! `RedisLimiter`, `SyncedLimiter`, `LeasedLimiter`; client certificates;
+//! certificates that do not verify.
+
+#![cfg(feature = "redis-tls")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use rategate::redis::{LeasedLimiter, RedisError, RedisLimiter, Source, SyncedLimiter, Tls};
+use rategate::{FixedWindow, ManualClock, Quota, TokenBucket};
+use redis_server::{RedisServer, free_port};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A CA, and a server and a client certificate it signed.
+struct Certs {
+    dir: PathBuf,
+}
+
+impl Certs {
+    fn make() -> Certs {
+        let dir = std::env::temp_dir().join(format!(
+            "rategate-tls-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl must be installed (apt-get install openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509"];
+        ca.extend(ec);
+        ca.extend([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=rategate test CA",
+        ]);
+        run(&ca);
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        for who in ["server", "client"] {
+            let key = format!("{who}.key");
+            let csr = format!("{who}.csr");
+            let pem = format!("{who}.pem");
+            let ext = format!("{who}.ext");
+            let mut req = vec!["req"];
+            req.extend(ec);
+            req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"]);
+            run(&req);
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ]);
+        }
+        Certs { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_owned()
+    }
+
+    fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join(name)).unwrap()
+    }
+
+    fn trusted(&self) -> Tls {
+        Tls::new().root_certificate(self.read("ca.pem"))
+    }
+
+    fn with_client(&self) -> Tls {
+        self.trusted()
+            .client_certificate(self.read("client.pem"), self.read("client.key"))
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server with a plain port (for the harness) and a TLS port.
+fn tls_server(certs: &Certs, clients: bool) -> (RedisServer, String) {
+    let port = free_port().to_string();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        &certs.path("server.pem"),
+        "--tls-key-file",
+        &certs.path("server.key"),
+        "--tls-ca-cert-file",
+        &certs.path("ca.pem"),
+        "--tls-auth-clients",
+        if clients { "yes" } else { "no" },
+    ]);
+    (server, format!("rediss://127.0.0.1:{port}/"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn limiter(
+    url: &str,
+    tls: Tls,
+    prefix: &str,
+) -> Result<RedisLimiter<TokenBucket>, RedisError> {
+    RedisLimiter::<TokenBucket>::builder(Quota::per_hour(10).unwrap())
+        .url(url)
+        .tls(tls)
+        .prefix(prefix)
+        .timeout(Duration::from_secs(2))
+        .local_cache(false)
+        .build()
+        .await
+}
+
+/// A lone caller (its own call on the batching connection) and 64
+/// concurrent ones (batched) over TLS: exactly the limit is admitted.
+#[test]
+fn redis_limiter_batched_and_lone_over_tls() {
+    let certs = Certs::make();
+    let (server, url) = tls_server(&certs, false);
+    runtime().block_on(async {
+        let limiter = limiter(&url, certs.trusted(), "tls").await.unwrap();
+        let lone = limiter.check("lone").await.unwrap();
+        assert_eq!(lone.source(), Source::Redis);
+        assert!(lone.is_allowed());
+        let limiter = Arc::new(limiter);
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                tokio::spawn(async move { limiter.check("shared").await.unwrap() })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            let decided = task.await.unwrap();
+            assert_eq!(decided.source(), Source::Redis);
+            admitted += usize::from(decided.is_allowed());
+        }
+        assert_eq!(admitted, 10);
+    });
+    // The state is on the server: the plain port sees the keys.
+    let keys = server.cli(&["KEYS", "tls:*"]).unwrap();
+    assert!(keys.contains("shared"), "{keys}");
+}
+
+/// The synced and the leased limiter over TLS.
+#[test]
+fn synced_and_leased_over_tls() {
+    let certs = Certs::make();
+    let (_server, url) = tls_server(&certs, false);
+    runtime().block_on(async {
+        let clock = ManualClock::new();
+        let synced = SyncedLimiter::<FixedWindow>::builder(Quota::per_hour(5).unwrap())
+            .url(&url)
+            .tls(certs.trusted())
+            .prefix("tls-synced")
+            .clock(clock.clone())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..5 {
+            assert!(synced.check("k").is_allowed());
+        }
+        synced.sync_now().await.unwrap();
+        assert!(!synced.check("k").is_allowed());
+        let leased = LeasedLimiter::builder(Quota::per_hour(5).unwrap())
+            .url(&url)
+            .tls(certs.trusted())
+            .prefix("tls-lease")
+            .clock(clock.clone())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        // No slice yet: acquire leases one from Redis on the spot.
+        assert!(leased.acquire("k").await.unwrap().is_allowed());
+        leased.sync_now().await.unwrap();
+        let admitted = 1 + (0..10).filter(|_| leased.check("k").is_allowed()).count();
+        assert!((2..=5).contains(&admitted), "{admitted}");
+    });
+}
+
+/// A server that asks for client certificates: refused without one,
+/// served with one the CA signed.
+#[test]
+fn client_certificates() {
+    let certs = Certs::make();
+    let (_server, url) = tls_server(&certs, true);
+    runtime().block_on(async {
+        assert!(limiter(&url, certs.trusted(), "mtls").await.is_err());
+        let limiter = limiter(&url, certs.with_client(), "mtls").await.unwrap();
+        let decided = limiter.check("k").await.unwrap();
+        assert_eq!(decided.source(), Source::Redis);
+        assert!(decided.is_allowed());
+    });
+}
+
+/// A CA that did not sign the server, garbage for a certificate, a
+/// `rediss://` URL that says `#insecure`: typed errors, never a connection.
+#[test]
+fn certificates_that_do_not_verify_are_errors() {
+    let certs = Certs::make();
+    let other = Certs::make();
+    let (_server, url) = tls_server(&certs, false);
+    runtime().block_on(async {
+        let e = limiter(&url, other.trusted(), "bad").await.unwrap_err();
+        assert!(
+            matches!(e, RedisError::Redis(_) | RedisError::Timeout),
+            "{e}"
+        );
+        let e = limiter(
+            &url,
+            Tls::new().root_certificate(&b"not a certificate"[..]),
+            "bad",
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(e, RedisError::Redis(_) | RedisError::Tls(_)),
+            "{e}"
+        );
+        // The system's roots do not hold the test CA.
+        assert!(limiter(&url, Tls::new(), "bad").await.is_err());
+        let e = limiter(&format!("{url}#insecure"), certs.trusted(), "bad")
+            .await
+            .unwrap_err();
+        // Refused by redis-rs (no `tls-rustls-insecure`) or by the
+        // batching connection, which always verifies.
+        assert!(
+            matches!(e, RedisError::Tls(_) | RedisError::Redis(_)),
+            "{e}"
+        );
+        assert!(e.to_string().contains("insecure"), "{e}");
+    });
+}
