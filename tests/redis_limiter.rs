@@ -880,3 +880,27 @@ fn two_batches_in_flight_match_their_replies_and_fail_together() {
         assert_eq!(d.remaining(), 999);
     });
 }
+
+/// With batching off, concurrent callers each call the single-decision
+/// script: after a `SCRIPT FLUSH`, only it is loaded again, and the
+/// decisions stay exact.
+#[test]
+fn batching_can_be_turned_off() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = RedisServer::start();
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(25).unwrap())
+            .url(&server.url())
+            .prefix("unbatched")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .batching(false)
+            .build()
+            .await
+            .unwrap();
+        server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+        assert_eq!(burst(&limiter, 10).await, [25; 4]);
+        assert_eq!(cached_scripts(&server), 1, "a batch was sent");
+        assert_eq!(limiter.stats().errors, 0);
+    });
+}

@@ -162,7 +162,7 @@ struct Inner<A: RedisAlgorithm, C: Clock> {
     clock: C,
     connection: Connection,
     /// Single server: concurrent decisions share script calls (see
-    /// `batch.rs`); `None` on a Cluster.
+    /// `batch.rs`); `None` on a Cluster or with batching off.
     batcher: Option<Batcher>,
     prefix: String,
     /// Where this limiter's keys live in Redis.
@@ -190,6 +190,7 @@ pub struct RedisLimiterBuilder<A, C> {
     local_cache: bool,
     cache_max: usize,
     batches_in_flight: usize,
+    batching: bool,
     marker: PhantomData<fn() -> A>,
 }
 
@@ -210,6 +211,7 @@ impl<A: RedisAlgorithm, C: Clock + Default> RedisLimiter<A, C> {
             local_cache: true,
             cache_max: 100_000,
             batches_in_flight: 2,
+            batching: true,
             marker: PhantomData,
         }
     }
@@ -298,6 +300,17 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         self
     }
 
+    /// Whether concurrent decisions on a single server share script calls
+    /// (default on; see [`batches_in_flight`](Self::batches_in_flight)).
+    /// Off, every decision is a script call of its own on redis-rs's
+    /// multiplexed connection, as on a Cluster: for a proxy in front of
+    /// Redis that does not pass one long script, or a server that limits
+    /// script run time.
+    pub fn batching(mut self, on: bool) -> Self {
+        self.batching = on;
+        self
+    }
+
     /// Connects (loading the script) and builds the limiter.
     ///
     /// # Errors
@@ -331,7 +344,7 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let batch = redis::Script::new(&batch_source);
         let timeout = self.timeout;
         let single = match &self.target {
-            Some(Target::Url(url)) => Some(client(url, &self.tls)?),
+            Some(Target::Url(url)) if self.batching => Some(client(url, &self.tls)?),
             _ => None,
         };
         let connection = connect(self.target, &self.tls, timeout, &[&script, &batch]).await?;
