@@ -2,7 +2,7 @@
 
 use super::batch::{Batcher, batch_script};
 use super::cache::DenialCache;
-use super::connection::{Connection, Target, client, connect, share_limiter};
+use super::connection::{Connection, Target, connect, share_limiter};
 use super::key::{KeySpace, quota_segment};
 use super::wire::Wire;
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
@@ -343,14 +343,19 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let batch_source = batch_script(A::SCRIPT);
         let batch = redis::Script::new(&batch_source);
         let timeout = self.timeout;
+        // The batching connection needs only the server's address (its TLS
+        // comes from `self.tls`), read once `connect` has accepted the URL.
         let single = match &self.target {
-            Some(Target::Url(url)) if self.batching => Some(client(url, &self.tls)?),
+            Some(Target::Url(url)) if self.batching => Some(url.clone()),
             _ => None,
         };
         let connection = connect(self.target, &self.tls, timeout, &[&script, &batch]).await?;
         let batcher = match single {
-            Some(client) => Some(Batcher::start(
-                Wire::new(client.get_connection_info().clone(), &self.tls)?,
+            Some(url) => Some(Batcher::start(
+                Wire::new(
+                    redis::IntoConnectionInfo::into_connection_info(url)?,
+                    &self.tls,
+                )?,
                 A::SCRIPT,
                 batch_source,
                 params.clone(),
