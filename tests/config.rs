@@ -271,6 +271,42 @@ fn bad_files_name_the_policy_and_the_field() {
             "cannot be synced",
         ),
         (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", cluster = [\"redis://y\"] }",
+            Some("d"),
+            Some("backend.url"),
+            "not several",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"leased\", cluster = [] }",
+            Some("d"),
+            Some("backend.cluster"),
+            "list of strings",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"synced\", sentinels = [\"redis://s:26379\"] }",
+            Some("d"),
+            Some("backend.master"),
+            "master's name",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", master = \"m\" }",
+            Some("d"),
+            Some("backend.master"),
+            "only a Sentinel",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"rediss://x\", tls_cert = \"c.pem\" }",
+            Some("d"),
+            Some("backend.tls_key"),
+            "needs its key",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", url = \"redis://x\" }",
+            Some("d"),
+            Some("backend.url"),
+            "not a field of a memory backend",
+        ),
+        (
             "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", max_keys = -1 }",
             Some("d"),
             Some("backend.max_keys"),
@@ -556,7 +592,7 @@ fn bearer_is_a_key_kind() {
 mod redis {
     use super::*;
     use crate::redis_server::RedisServer;
-    use rategate::policy::config::TierLimiters;
+    use rategate::policy::config::{RedisConnection, TierLimiters};
 
     fn file(url: &str) -> String {
         format!(
@@ -589,7 +625,7 @@ mod redis {
         assert_eq!(
             central.backend,
             Store::Redis {
-                url: server.url(),
+                connection: RedisConnection::url(&server.url()),
                 prefix: "central".into(),
                 timeout: Some(Duration::from_millis(200)),
                 store_down: rategate::policy::StoreDown::FailClosed,

@@ -286,3 +286,65 @@ fn certificates_that_do_not_verify_are_errors() {
         assert!(e.to_string().contains("insecure"), "{e}");
     });
 }
+
+/// A policy file names the CA and the client certificate by path: every
+/// Redis backend builds and decides over TLS; a file that cannot be read
+/// is an error naming its field.
+#[test]
+fn policy_files_over_tls() {
+    use rategate::policy::TierId;
+    use rategate::policy::config::{PolicyFile, PolicyLimiter};
+    let certs = Certs::make();
+    let (_server, url) = tls_server(&certs, true);
+    let (ca, cert, key) = (
+        certs.path("ca.pem"),
+        certs.path("client.pem"),
+        certs.path("client.key"),
+    );
+    let tls = format!(r#"url = "{url}", tls_ca = "{ca}", tls_cert = "{cert}", tls_key = "{key}""#);
+    let file = PolicyFile::from_toml(&format!(
+        r#"
+        [policies.central]
+        quota = "3/h"
+        backend = {{ kind = "redis", {tls} }}
+
+        [policies.synced]
+        quota = "3/h"
+        backend = {{ kind = "synced", {tls} }}
+
+        [policies.leased]
+        quota = "3/h"
+        backend = {{ kind = "leased", {tls} }}
+
+        [policies.missing]
+        quota = "3/h"
+        backend = {{ kind = "redis", url = "{url}", tls_ca = "/nonexistent/ca.pem" }}
+        "#
+    ))
+    .unwrap();
+    runtime().block_on(async {
+        let build = |name: &str| {
+            PolicyLimiter::build(
+                file.policy(name).unwrap(),
+                Box::new(|_: &str| TierId::DEFAULT),
+            )
+        };
+        for name in ["central", "synced", "leased"] {
+            let limiter = build(name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            // The leased backend denies until its first slice arrives
+            // (the background task asks for it on the first check).
+            let mut admitted = false;
+            for _ in 0..100 {
+                admitted = limiter.check_n("k", 1).await.unwrap().admit();
+                if admitted {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(admitted, "{name}");
+        }
+        let e = build("missing").await.unwrap_err();
+        assert_eq!(e.field_name(), Some("backend.tls_ca"), "{e}");
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    });
+}

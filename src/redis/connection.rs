@@ -4,10 +4,12 @@
 //! is unreachable.
 
 use super::RedisError;
+use super::sentinel::{Follow, Sentinel, Single};
 use crate::algorithm::Algorithm;
 use crate::{Clock, KeyedRateLimiter, Quota};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::cluster_async::ClusterConnection;
+use redis::{ConnectionInfo, IntoConnectionInfo};
 use std::time::Duration;
 
 /// Where a limiter connects.
@@ -17,6 +19,8 @@ pub(crate) enum Target {
     Url(String),
     /// Some nodes of a Redis Cluster.
     Cluster(Vec<String>),
+    /// The master that Sentinel names.
+    Sentinel(Sentinel),
 }
 
 /// TLS settings beyond what a `rediss://` URL says: by default the
@@ -72,20 +76,36 @@ impl Tls {
     }
 }
 
-/// A redis-rs client for `url`, with `tls`'s certificates when set.
-pub(crate) fn client(url: &str, tls: &Tls) -> Result<redis::Client, RedisError> {
-    #[cfg(feature = "redis-tls")]
-    if tls.root_cert.is_some() || tls.client.is_some() {
-        return Ok(redis::Client::build_with_tls(url, certificates(tls))?);
-    }
-    let _ = tls;
-    redis::Client::open(url).map_err(|e| {
+/// `url`'s address and settings; a `rediss://` URL without the
+/// `redis-tls` feature is a [`RedisError::Tls`] that says so.
+pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, RedisError> {
+    url.into_connection_info().map_err(|e| {
         if url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
             RedisError::Tls("a rediss:// URL needs the crate's `redis-tls` feature".into())
         } else {
             RedisError::Redis(e)
         }
     })
+}
+
+/// A redis-rs client for `info`, with `tls`'s certificates when set.
+pub(crate) fn client(info: ConnectionInfo, tls: &Tls) -> Result<redis::Client, RedisError> {
+    #[cfg(feature = "redis-tls")]
+    if tls.root_cert.is_some() || tls.client.is_some() {
+        return Ok(redis::Client::build_with_tls(info, certificates(tls))?);
+    }
+    let _ = tls;
+    Ok(redis::Client::open(info)?)
+}
+
+/// How every single-server connection reconnects: `timeout` on each call
+/// and connection, two retries, at most a second between them.
+pub(crate) fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_secs(1))
 }
 
 #[cfg(feature = "redis-tls")]
@@ -106,7 +126,8 @@ fn certificates(tls: &Tls) -> redis::TlsCertificates {
 /// node).
 #[derive(Clone)]
 pub(crate) enum Connection {
-    Single(ConnectionManager),
+    /// One server: a fixed address or the master Sentinel names.
+    Single(Single),
     Cluster(ClusterConnection),
 }
 
@@ -122,20 +143,25 @@ pub(crate) async fn connect(
     let connect = async {
         match target {
             None => Err(RedisError::Config(
-                "no Redis server: call url() or cluster()",
+                "no Redis server: call url(), cluster() or sentinel()",
             )),
             Some(Target::Url(url)) => {
-                let client = client(&url, tls)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_secs(1));
-                let mut manager = client.get_connection_manager_with_config(config).await?;
+                let client = client(parse_url(&url)?, tls)?;
+                let manager = client
+                    .get_connection_manager_with_config(manager_config(timeout))
+                    .await?;
+                let mut single = Single::Fixed(manager);
                 for script in scripts {
-                    script.prepare_invoke().load_async(&mut manager).await?;
+                    script.prepare_invoke().load_async(&mut single).await?;
                 }
-                Ok(Connection::Single(manager))
+                Ok(Connection::Single(single))
+            }
+            Some(Target::Sentinel(sentinel)) => {
+                let mut single = Single::Follow(Follow::start(sentinel, tls, timeout).await?);
+                for script in scripts {
+                    script.prepare_invoke().load_async(&mut single).await?;
+                }
+                Ok(Connection::Single(single))
             }
             Some(Target::Cluster(nodes)) => {
                 let builder = redis::cluster::ClusterClient::builder(nodes)

@@ -26,6 +26,17 @@ pub enum RedisError {
     /// parse, a `rediss://` URL without the `redis-tls` feature); the
     /// message says which.
     Tls(String),
+    /// No sentinel named a master that answers as one; the message says
+    /// what each sentinel answered.
+    Sentinel(String),
+    /// Fewer replicas than asked for acknowledged a lease's grants in
+    /// time; the grants are not used.
+    NotReplicated {
+        /// Replicas that hold the writes.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
 }
 
 impl fmt::Display for RedisError {
@@ -42,6 +53,11 @@ impl fmt::Display for RedisError {
             ),
             RedisError::Runtime(e) => write!(f, "could not start the blocking runtime: {e}"),
             RedisError::Tls(what) => write!(f, "TLS to Redis: {what}"),
+            RedisError::Sentinel(what) => write!(f, "Redis Sentinel: {what}"),
+            RedisError::NotReplicated { acked, wanted } => write!(
+                f,
+                "{acked} of the {wanted} replicas asked for acknowledged the writes in time"
+            ),
         }
     }
 }

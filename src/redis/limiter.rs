@@ -2,7 +2,7 @@
 
 use super::batch::{Batcher, batch_script};
 use super::cache::DenialCache;
-use super::connection::{Connection, Target, connect, share_limiter};
+use super::connection::{Connection, Target, connect, parse_url, share_limiter};
 use super::key::{KeySpace, quota_segment};
 use super::wire::Wire;
 use super::{LUA_EXACT, RedisAlgorithm, RedisError};
@@ -240,6 +240,12 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         self
     }
 
+    /// The master that Redis Sentinel names, followed across failovers.
+    pub fn sentinel(mut self, sentinel: super::Sentinel) -> Self {
+        self.target = Some(Target::Sentinel(sentinel));
+        self
+    }
+
     /// The namespace of this limiter's Redis keys (default `rategate`); it
     /// may not contain `{` or `}`. Limiters share state when prefix,
     /// algorithm, quota and time source are all equal (the nodes of one
@@ -350,12 +356,21 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
             _ => None,
         };
         let connection = connect(self.target, &self.tls, timeout, &[&script, &batch]).await?;
-        let batcher = match single {
-            Some(url) => Some(Batcher::start(
-                Wire::new(
-                    redis::IntoConnectionInfo::into_connection_info(url)?,
+        let wire = match (&connection, single) {
+            (_, Some(url)) => Some(Wire::new(parse_url(&url)?, &self.tls)?),
+            (Connection::Single(single), None) if self.batching => match single.follow() {
+                Some(follow) => Some(Wire::following(
+                    follow.info(),
                     &self.tls,
-                )?,
+                    Some(Arc::clone(follow)),
+                )?),
+                None => None,
+            },
+            _ => None,
+        };
+        let batcher = match wire {
+            Some(wire) => Some(Batcher::start(
+                wire,
                 A::SCRIPT,
                 batch_source,
                 params.clone(),

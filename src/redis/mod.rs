@@ -41,6 +41,7 @@ mod error;
 mod key;
 pub mod lease;
 mod limiter;
+mod sentinel;
 pub mod synced;
 mod task;
 mod wire;
@@ -53,4 +54,5 @@ pub use limiter::{
     BlockingRedisLimiter, RedisDecision, RedisLimiter, RedisLimiterBuilder, RedisStats, Source,
     TimeSource,
 };
+pub use sentinel::Sentinel;
 pub use synced::{SyncAlgorithm, SyncStats, SyncedLimiter, SyncedLimiterBuilder};

@@ -19,8 +19,10 @@
 
 use super::RedisError;
 use super::connection::Tls;
+use super::sentinel::Follow;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind};
 use std::io;
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The socket.
@@ -72,6 +74,9 @@ pub(crate) enum Reply {
 /// The driver's connection.
 pub(crate) struct Wire {
     info: ConnectionInfo,
+    /// Through Sentinel: where `info` comes from when a socket opens, and
+    /// who is told when one fails.
+    follow: Option<Arc<Follow>>,
     /// For a `rediss://` address: how to verify the server.
     #[cfg(feature = "redis-tls")]
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
@@ -95,6 +100,16 @@ impl Wire {
     ///
     /// [`RedisError::Config`] for an address it cannot open (TLS).
     pub(crate) fn new(info: ConnectionInfo, tls: &Tls) -> Result<Wire, RedisError> {
+        Wire::following(info, tls, None)
+    }
+
+    /// A connection to the master `follow` names (now `info`), opened on
+    /// first use and after a failure with the master's address then.
+    pub(crate) fn following(
+        info: ConnectionInfo,
+        tls: &Tls,
+        follow: Option<Arc<Follow>>,
+    ) -> Result<Wire, RedisError> {
         let _ = tls;
         #[cfg(feature = "redis-tls")]
         let mut config = None;
@@ -121,6 +136,7 @@ impl Wire {
         }
         Ok(Wire {
             info,
+            follow,
             #[cfg(feature = "redis-tls")]
             tls: config,
             stream: None,
@@ -138,6 +154,9 @@ impl Wire {
     /// Drops the socket: the next request opens a new one. For requests
     /// abandoned mid-way (a timeout), whose replies may still come.
     pub(crate) fn reset(&mut self) {
+        if let Some(follow) = &self.follow {
+            follow.search();
+        }
         self.stream = None;
         self.owed = 0;
         self.buf.clear();
@@ -196,8 +215,13 @@ impl Wire {
     /// reply. Any failure drops the socket.
     pub(crate) async fn read(&mut self) -> Result<Reply, redis::RedisError> {
         let result = self.read_inner().await;
-        if result.is_err() {
-            self.reset();
+        match &result {
+            Err(_) => self.reset(),
+            // A master turned replica (a failover, or a restart that came
+            // back as one): its replies that follow would be the same, so
+            // the socket is dropped and the next opens where the master is.
+            Ok(Reply::Error(message)) if message.contains("READONLY") => self.reset(),
+            Ok(_) => {}
         }
         result
     }
@@ -245,6 +269,9 @@ impl Wire {
 
     /// Connects, then `AUTH` and `SELECT` as the URL asks.
     async fn open(&mut self) -> Result<(), redis::RedisError> {
+        if let Some(follow) = &self.follow {
+            self.info = follow.info();
+        }
         let stream = match self.info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let socket = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;

@@ -154,8 +154,8 @@ pub enum Store {
     },
     /// One atomic Redis call per decision.
     Redis {
-        /// The server (`url`).
-        url: String,
+        /// Which Redis, and how to reach it.
+        connection: RedisConnection,
         /// The key prefix (`prefix`), the policy's name by default.
         prefix: String,
         /// Each call's timeout (`timeout_ms`), if set.
@@ -165,8 +165,8 @@ pub enum Store {
     },
     /// Local decisions synced to Redis in batches.
     Synced {
-        /// The server (`url`).
-        url: String,
+        /// Which Redis, and how to reach it.
+        connection: RedisConnection,
         /// The key prefix (`prefix`), the policy's name by default.
         prefix: String,
         /// The sync interval (`interval_ms`), if set.
@@ -179,8 +179,8 @@ pub enum Store {
     },
     /// Local decisions on slices leased from Redis.
     Leased {
-        /// The server (`url`).
-        url: String,
+        /// Which Redis, and how to reach it.
+        connection: RedisConnection,
         /// The key prefix (`prefix`), the policy's name by default.
         prefix: String,
         /// The lease interval (`interval_ms`), if set.
@@ -188,6 +188,59 @@ pub enum Store {
         /// Each call's timeout (`timeout_ms`), if set.
         timeout: Option<Duration>,
     },
+}
+
+/// Which Redis a Redis-backed policy talks to: exactly one of `url`,
+/// `cluster` or `sentinels` in its backend table.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RedisServer {
+    /// One server (`url = "redis://host:6379/0"`, `rediss://` for TLS).
+    Url(String),
+    /// A Redis Cluster (`cluster`: some of its nodes' URLs).
+    Cluster(Vec<String>),
+    /// The master that Redis Sentinel names (`sentinels`: the sentinels'
+    /// URLs; `master`: the master's name as they know it;
+    /// `master_username`, `master_password`, `master_db`: the master's
+    /// credentials and database).
+    Sentinel {
+        /// `master`.
+        master: String,
+        /// `sentinels`.
+        sentinels: Vec<String>,
+        /// `master_username`.
+        username: Option<String>,
+        /// `master_password`.
+        password: Option<String>,
+        /// `master_db` (default 0).
+        db: i64,
+    },
+}
+
+/// How a Redis-backed policy reaches Redis: the server, and the TLS files
+/// beyond what a `rediss://` URL says (feature `redis-tls`; paths relative
+/// to the working directory).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RedisConnection {
+    /// `url`, `cluster` or `sentinels`.
+    pub server: RedisServer,
+    /// `tls_ca`: trust this CA bundle (PEM) instead of the system's.
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// `tls_cert` and `tls_key`: present this certificate chain and key
+    /// (PEM) to the server.
+    pub tls_client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl RedisConnection {
+    /// One server at `url`, no TLS files.
+    pub fn url(url: &str) -> RedisConnection {
+        RedisConnection {
+            server: RedisServer::Url(url.to_owned()),
+            tls_ca: None,
+            tls_client: None,
+        }
+    }
 }
 
 /// One named policy from a policy file.

@@ -1,9 +1,10 @@
 //! Reading a policy file: TOML into [`Policy`] values, field by field, so
 //! that every error names its policy and field.
 
-use super::{ConfigError, KeyKind, MAX_MAX_KEYS, Policy, Store};
+use super::{ConfigError, KeyKind, MAX_MAX_KEYS, Policy, RedisConnection, RedisServer, Store};
 use crate::policy::StoreDown;
 use crate::{AlgorithmKind, Quota};
+use std::path::PathBuf;
 use std::time::Duration;
 use toml::{Table, Value};
 
@@ -230,16 +231,9 @@ fn backend(
     let fields = Fields { policy, table };
     let allowed: &[&str] = match kind {
         "memory" => &["kind", "max_keys", "sweep_interval_ms"],
-        "redis" => &["kind", "url", "prefix", "timeout_ms", "store_down", "share"],
-        "synced" => &[
-            "kind",
-            "url",
-            "prefix",
-            "interval_ms",
-            "timeout_ms",
-            "share",
-        ],
-        "leased" => &["kind", "url", "prefix", "interval_ms", "timeout_ms"],
+        "redis" => &["kind", "prefix", "timeout_ms", "store_down", "share"],
+        "synced" => &["kind", "prefix", "interval_ms", "timeout_ms", "share"],
+        "leased" => &["kind", "prefix", "interval_ms", "timeout_ms"],
         _ => {
             let field = if value.is_some_and(Value::is_table) {
                 "backend.kind"
@@ -253,8 +247,16 @@ fn backend(
             ));
         }
     };
-    if let Some(unknown) = table.keys().find(|k| !allowed.contains(&k.as_str())) {
-        let expected = allowed.join(", ");
+    let connection_fields: &[&str] = if kind == "memory" {
+        &[]
+    } else {
+        CONNECTION_FIELDS
+    };
+    if let Some(unknown) = table
+        .keys()
+        .find(|k| !allowed.contains(&k.as_str()) && !connection_fields.contains(&k.as_str()))
+    {
+        let expected = [allowed, connection_fields].concat().join(", ");
         return Err(fields.error(
             unknown,
             format!("not a field of a {kind} backend ({expected})"),
@@ -265,11 +267,7 @@ fn backend(
             .string("prefix")?
             .unwrap_or_else(|| policy.to_owned()))
     };
-    let url = || {
-        fields
-            .string("url")?
-            .ok_or_else(|| fields.error("url", "missing".into()))
-    };
+    let url = || fields.connection();
     Ok(match kind {
         "memory" => Store::Memory {
             max_keys: fields.max_keys()?,
@@ -300,7 +298,7 @@ fn backend(
                 }
             };
             Store::Redis {
-                url: url()?,
+                connection: url()?,
                 prefix: prefix()?,
                 timeout: fields.millis("timeout_ms")?,
                 store_down,
@@ -322,7 +320,7 @@ fn backend(
                 ));
             }
             Store::Synced {
-                url: url()?,
+                connection: url()?,
                 prefix: prefix()?,
                 interval: fields.millis("interval_ms")?,
                 timeout: fields.millis("timeout_ms")?,
@@ -330,13 +328,27 @@ fn backend(
             }
         }
         _ => Store::Leased {
-            url: url()?,
+            connection: url()?,
             prefix: prefix()?,
             interval: fields.millis("interval_ms")?,
             timeout: fields.millis("timeout_ms")?,
         },
     })
 }
+
+/// The fields that say how a Redis backend reaches Redis.
+const CONNECTION_FIELDS: &[&str] = &[
+    "url",
+    "cluster",
+    "sentinels",
+    "master",
+    "master_username",
+    "master_password",
+    "master_db",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
 
 /// A backend table's fields, read with errors named `backend.FIELD`.
 struct Fields<'a> {
@@ -390,6 +402,83 @@ impl Fields<'_> {
                 ),
             )),
         }
+    }
+
+    fn strings(&self, field: &str) -> Result<Option<Vec<String>>, ConfigError> {
+        let Some(value) = self.table.get(field) else {
+            return Ok(None);
+        };
+        let list = match value {
+            Value::Array(items) if !items.is_empty() => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>(),
+            _ => None,
+        };
+        list.map(Some)
+            .ok_or_else(|| self.error(field, "must be a list of strings, not empty".into()))
+    }
+
+    /// `url`, `cluster` or `sentinels` (exactly one), the Sentinel master's
+    /// fields, and the TLS files.
+    fn connection(&self) -> Result<RedisConnection, ConfigError> {
+        let url = self.string("url")?;
+        let cluster = self.strings("cluster")?;
+        let sentinels = self.strings("sentinels")?;
+        let master_fields = ["master", "master_username", "master_password", "master_db"];
+        if sentinels.is_none()
+            && let Some(field) = master_fields.iter().find(|f| self.table.contains_key(**f))
+        {
+            return Err(self.error(field, "only a Sentinel backend (sentinels) takes it".into()));
+        }
+        let server = match (url, cluster, sentinels) {
+            (Some(url), None, None) => RedisServer::Url(url),
+            (None, Some(nodes), None) => RedisServer::Cluster(nodes),
+            (None, None, Some(sentinels)) => RedisServer::Sentinel {
+                master: self
+                    .string("master")?
+                    .filter(|m| !m.is_empty())
+                    .ok_or_else(|| {
+                        self.error(
+                            "master",
+                            "missing: the master's name as the sentinels know it".into(),
+                        )
+                    })?,
+                sentinels,
+                username: self.string("master_username")?,
+                password: self.string("master_password")?,
+                db: match self.integer("master_db")? {
+                    None => 0,
+                    Some(db) => i64::try_from(db)
+                        .map_err(|_| self.error("master_db", "too large".into()))?,
+                },
+            },
+            (None, None, None) => {
+                return Err(self.error("url", "missing: give url, cluster or sentinels".into()));
+            }
+            _ => {
+                return Err(self.error(
+                    "url",
+                    "give one of url, cluster and sentinels, not several".into(),
+                ));
+            }
+        };
+        let path = |field: &str| Ok::<_, ConfigError>(self.string(field)?.map(PathBuf::from));
+        let tls_client = match (path("tls_cert")?, path("tls_key")?) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(self.error("tls_key", "missing: tls_cert needs its key".into()));
+            }
+            (None, Some(_)) => {
+                return Err(self.error("tls_cert", "missing: tls_key needs its certificate".into()));
+            }
+        };
+        Ok(RedisConnection {
+            server,
+            tls_ca: path("tls_ca")?,
+            tls_client,
+        })
     }
 
     fn share(&self) -> Result<Option<f64>, ConfigError> {

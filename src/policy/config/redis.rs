@@ -3,7 +3,10 @@
 
 use super::build::{DynResolver, TierLimiters};
 use super::{ConfigError, Policy, Store};
-use crate::redis::{LeasedLimiter, RedisDecision, RedisError, RedisLimiter, SyncedLimiter};
+use super::{RedisConnection, RedisServer};
+use crate::redis::{
+    LeasedLimiter, RedisDecision, RedisError, RedisLimiter, Sentinel, SyncedLimiter, Tls,
+};
 use crate::{
     AlgorithmKind, CheckError, Decision, FixedWindow, LeakyBucket, Quota, SlidingWindowCounter,
     SlidingWindowLog, TokenBucket,
@@ -84,6 +87,21 @@ impl AnySyncedLimiter {
     }
 }
 
+/// The field that names `policy`'s Redis, for errors of its connection.
+fn server_field(policy: &Policy) -> &'static str {
+    let connection = match &policy.backend {
+        Store::Redis { connection, .. }
+        | Store::Synced { connection, .. }
+        | Store::Leased { connection, .. } => connection,
+        _ => return "backend",
+    };
+    match connection.server {
+        RedisServer::Url(_) => "backend.url",
+        RedisServer::Cluster(_) => "backend.cluster",
+        RedisServer::Sentinel { .. } => "backend.sentinels",
+    }
+}
+
 /// Builds one limiter per tier with `make`, naming the tier's field in
 /// errors (`backend.url` for a connection that failed).
 async fn per_tier<L, F, Fut>(policy: &Policy, mut make: F) -> Result<Vec<(String, L)>, ConfigError>
@@ -96,18 +114,92 @@ where
         let limiter = make(*quota).await.map_err(|e| match e {
             RedisError::Quota(q) => policy.field_error(name, q.to_string()),
             RedisError::Config(what) => ConfigError::field(&policy.name, "backend", what),
-            other => ConfigError::field(&policy.name, "backend.url", other.to_string()),
+            other => ConfigError::field(&policy.name, server_field(policy), other.to_string()),
         })?;
         tiers.push((name.clone(), limiter));
     }
     Ok(tiers)
 }
 
+/// The TLS settings `connection`'s files give, read now (feature
+/// `redis-tls`).
+fn tls_of(policy: &Policy, connection: &RedisConnection) -> Result<Option<Tls>, ConfigError> {
+    if connection.tls_ca.is_none() && connection.tls_client.is_none() {
+        return Ok(None);
+    }
+    let field = if connection.tls_ca.is_some() {
+        "backend.tls_ca"
+    } else {
+        "backend.tls_cert"
+    };
+    if !cfg!(feature = "redis-tls") {
+        return Err(ConfigError::field(
+            &policy.name,
+            field,
+            "TLS files need rategate's feature \"redis-tls\"",
+        ));
+    }
+    let read = |path: &std::path::Path, field: &str| {
+        std::fs::read(path).map_err(|e| {
+            ConfigError::field(
+                &policy.name,
+                field,
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })
+    };
+    let mut tls = Tls::new();
+    if let Some(ca) = &connection.tls_ca {
+        tls = tls.root_certificate(read(ca, "backend.tls_ca")?);
+    }
+    if let Some((cert, key)) = &connection.tls_client {
+        tls = tls.client_certificate(
+            read(cert, "backend.tls_cert")?,
+            read(key, "backend.tls_key")?,
+        );
+    }
+    Ok(Some(tls))
+}
+
+/// `builder` (any Redis limiter's) pointed at `connection`'s server, with
+/// `tls`.
+macro_rules! connect {
+    ($builder:expr, $connection:expr, $tls:expr) => {{
+        let builder = match &$connection.server {
+            RedisServer::Url(url) => $builder.url(url),
+            RedisServer::Cluster(nodes) => $builder.cluster(nodes),
+            RedisServer::Sentinel {
+                master,
+                sentinels,
+                username,
+                password,
+                db,
+            } => {
+                let mut sentinel = Sentinel::new(master, sentinels).master_db(*db);
+                match (username, password) {
+                    (Some(user), Some(password)) => sentinel = sentinel.master_user(user, password),
+                    (None, Some(password)) => sentinel = sentinel.master_password(password),
+                    _ => {}
+                }
+                $builder.sentinel(sentinel)
+            }
+        };
+        #[cfg(feature = "redis-tls")]
+        let builder = match $tls {
+            Some(tls) => builder.tls(tls.clone()),
+            None => builder,
+        };
+        #[cfg(not(feature = "redis-tls"))]
+        let _ = $tls;
+        builder
+    }};
+}
+
 macro_rules! redis_limiter {
-    ($variant:ident, $alg:ty, $url:expr, $prefix:expr, $timeout:expr, $down:expr) => {
+    ($variant:ident, $alg:ty, $c:expr, $tls:expr, $prefix:expr, $timeout:expr, $down:expr) => {
         |quota| async move {
-            let builder = RedisLimiter::<$alg>::builder(quota)
-                .url($url)
+            let builder = RedisLimiter::<$alg>::builder(quota);
+            let builder = connect!(builder, $c, $tls)
                 .prefix($prefix)
                 .store_down($down);
             let builder = match $timeout {
@@ -120,11 +212,10 @@ macro_rules! redis_limiter {
 }
 
 macro_rules! synced_limiter {
-    ($variant:ident, $alg:ty, $url:expr, $prefix:expr, $interval:expr, $timeout:expr, $share:expr) => {
+    ($variant:ident, $alg:ty, $c:expr, $tls:expr, $prefix:expr, $interval:expr, $timeout:expr, $share:expr) => {
         |quota| async move {
-            let mut builder = SyncedLimiter::<$alg>::builder(quota)
-                .url($url)
-                .prefix($prefix);
+            let builder = SyncedLimiter::<$alg>::builder(quota);
+            let mut builder = connect!(builder, $c, $tls).prefix($prefix);
             if let Some(i) = $interval {
                 builder = builder.interval(i);
             }
@@ -150,41 +241,50 @@ pub(super) async fn build(
             TierLimiters::Memory(policy.memory_tiers(crate::QuantaClock::new(), resolver)?)
         }
         Store::Redis {
-            url,
+            connection,
             prefix,
             timeout,
             store_down,
         } => {
             let down = *store_down;
-            let (u, p, t) = (url.as_str(), prefix.as_str(), *timeout);
+            let tls = tls_of(policy, connection)?;
+            let (u, tls, p, t) = (connection, tls.as_ref(), prefix.as_str(), *timeout);
             let tiers = match policy.algorithm {
                 AlgorithmKind::LeakyBucket => {
                     per_tier(
                         policy,
-                        redis_limiter!(LeakyBucket, LeakyBucket, u, p, t, down),
+                        redis_limiter!(LeakyBucket, LeakyBucket, u, tls, p, t, down),
                     )
                     .await?
                 }
                 AlgorithmKind::FixedWindow => {
                     per_tier(
                         policy,
-                        redis_limiter!(FixedWindow, FixedWindow, u, p, t, down),
+                        redis_limiter!(FixedWindow, FixedWindow, u, tls, p, t, down),
                     )
                     .await?
                 }
                 AlgorithmKind::SlidingWindowLog => {
-                    let make = redis_limiter!(SlidingWindowLog, SlidingWindowLog, u, p, t, down);
+                    let make =
+                        redis_limiter!(SlidingWindowLog, SlidingWindowLog, u, tls, p, t, down);
                     per_tier(policy, make).await?
                 }
                 AlgorithmKind::SlidingWindowCounter => {
-                    let make =
-                        redis_limiter!(SlidingWindowCounter, SlidingWindowCounter, u, p, t, down);
+                    let make = redis_limiter!(
+                        SlidingWindowCounter,
+                        SlidingWindowCounter,
+                        u,
+                        tls,
+                        p,
+                        t,
+                        down
+                    );
                     per_tier(policy, make).await?
                 }
                 _ => {
                     per_tier(
                         policy,
-                        redis_limiter!(TokenBucket, TokenBucket, u, p, t, down),
+                        redis_limiter!(TokenBucket, TokenBucket, u, tls, p, t, down),
                     )
                     .await?
                 }
@@ -192,14 +292,16 @@ pub(super) async fn build(
             TierLimiters::Redis(policy.with_overrides(tiers, resolver)?)
         }
         Store::Synced {
-            url,
+            connection,
             prefix,
             interval,
             timeout,
             local_share,
         } => {
+            let tls = tls_of(policy, connection)?;
+            let tls = tls.as_ref();
             let (u, p, i, t, s) = (
-                url.as_str(),
+                connection,
                 prefix.as_str(),
                 *interval,
                 *timeout,
@@ -209,19 +311,27 @@ pub(super) async fn build(
                 AlgorithmKind::FixedWindow => {
                     per_tier(
                         policy,
-                        synced_limiter!(FixedWindow, FixedWindow, u, p, i, t, s),
+                        synced_limiter!(FixedWindow, FixedWindow, u, tls, p, i, t, s),
                     )
                     .await?
                 }
                 AlgorithmKind::SlidingWindowCounter => {
-                    let make =
-                        synced_limiter!(SlidingWindowCounter, SlidingWindowCounter, u, p, i, t, s);
+                    let make = synced_limiter!(
+                        SlidingWindowCounter,
+                        SlidingWindowCounter,
+                        u,
+                        tls,
+                        p,
+                        i,
+                        t,
+                        s
+                    );
                     per_tier(policy, make).await?
                 }
                 AlgorithmKind::TokenBucket => {
                     per_tier(
                         policy,
-                        synced_limiter!(TokenBucket, TokenBucket, u, p, i, t, s),
+                        synced_limiter!(TokenBucket, TokenBucket, u, tls, p, i, t, s),
                     )
                     .await?
                 }
@@ -236,13 +346,16 @@ pub(super) async fn build(
             TierLimiters::Synced(policy.with_overrides(tiers, resolver)?)
         }
         Store::Leased {
-            url,
+            connection,
             prefix,
             interval,
             timeout,
         } => {
+            let tls = tls_of(policy, connection)?;
+            let tls = tls.as_ref();
             let make = |quota| async move {
-                let mut builder = LeasedLimiter::builder(quota).url(url).prefix(prefix);
+                let builder = LeasedLimiter::builder(quota);
+                let mut builder = connect!(builder, connection, tls).prefix(prefix);
                 if let Some(i) = *interval {
                     builder = builder.interval(i);
                 }

@@ -16,6 +16,7 @@ pub struct LeasedLimiterBuilder<C> {
     min_slice: Option<u32>,
     max_slice: Option<u32>,
     background: bool,
+    wait_replicas: u32,
 }
 
 impl<C> fmt::Debug for LeasedLimiterBuilder<C> {
@@ -49,6 +50,7 @@ impl LeasedLimiter<UnixClock> {
             min_slice: None,
             max_slice: None,
             background: true,
+            wait_replicas: 0,
         }
     }
 }
@@ -76,6 +78,12 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         self
     }
 
+    /// The master that Redis Sentinel names, followed across failovers.
+    pub fn sentinel(mut self, sentinel: crate::redis::Sentinel) -> Self {
+        self.target = Some(Target::Sentinel(sentinel));
+        self
+    }
+
     /// The namespace of the Redis keys (default `rategate`); it may not
     /// contain `{` or `}`. Nodes share a key's budget when prefix, limit and
     /// period are equal; the limit and period are part of every key.
@@ -98,6 +106,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
             min_slice: self.min_slice,
             max_slice: self.max_slice,
             background: self.background,
+            wait_replicas: self.wait_replicas,
         }
     }
 
@@ -139,6 +148,21 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         self
     }
 
+    /// Uses a grant only once `replicas` replicas of its Redis node hold it
+    /// (`WAIT`, bounded by half the timeout; default 0: as soon as the
+    /// master answers). Replication is asynchronous: a master that fails
+    /// over loses the grants it made since its replicas last caught up,
+    /// the new master grants those units again, and the global bound is
+    /// exceeded by them. With `replicas` equal to the number of replicas,
+    /// any replica that is promoted holds every grant in use, and the
+    /// bound holds across the failover. A grant that too few replicas
+    /// acknowledged in time is not used (under-admission, never over); the
+    /// round fails with [`RedisError::NotReplicated`].
+    pub fn wait_for_replicas(mut self, replicas: u32) -> Self {
+        self.wait_replicas = replicas;
+        self
+    }
+
     /// Connects, loads the lease script and, unless turned off, starts the
     /// background task on the current tokio runtime.
     ///
@@ -162,7 +186,8 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         let budget = Quota::with_period(limit, self.quota.period())?;
         let keys = KeySpace::new(&self.prefix, &quota_segment(&budget))?;
         let lua = Lua::new(include_str!("../scripts/lease.lua"));
-        let store = Store::connect(self.target, &self.tls, self.timeout, &[&lua]).await?;
+        let mut store = Store::connect(self.target, &self.tls, self.timeout, &[&lua]).await?;
+        store.wait_for_replicas(self.wait_replicas);
         let limiter = LeasedLimiter {
             handle: Arc::new(Handle {
                 inner: Arc::new(Inner {

@@ -74,6 +74,12 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
         self
     }
 
+    /// The master that Redis Sentinel names, followed across failovers.
+    pub fn sentinel(mut self, sentinel: crate::redis::Sentinel) -> Self {
+        self.target = Some(Target::Sentinel(sentinel));
+        self
+    }
+
     /// The namespace of the Redis keys (default `rategate`); it may not
     /// contain `{` or `}`. Nodes share a limit when prefix, algorithm and
     /// quota are equal; the algorithm and quota are part of every key, so

@@ -15,8 +15,8 @@
 
 use super::super::RedisError;
 use super::super::connection::{Connection, Target, Tls, connect};
+use super::super::sentinel::Single;
 use crate::sync::{Arc, Mutex};
-use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ErrorKind, ServerErrorKind, Value};
@@ -110,9 +110,26 @@ pub(crate) struct Store {
     /// again; a stale map is still used when fetching fails (a dead node
     /// must not stop the live ones).
     slots: Mutex<SlotMap>,
+    /// Replicas that must hold a pipeline's writes before its replies
+    /// count (`WAIT` after the script calls); `None`: none.
+    wait: Option<u32>,
 }
 
 impl Store {
+    /// From now on, a pipeline's replies count only once `replicas`
+    /// replicas of the node hold its writes (`WAIT`, bounded by half the
+    /// timeout); otherwise the round trip fails with
+    /// [`RedisError::NotReplicated`] and its replies are dropped.
+    pub(crate) fn wait_for_replicas(&mut self, replicas: u32) {
+        self.wait = (replicas > 0).then_some(replicas);
+    }
+
+    /// The `WAIT` appended to each pipeline: replicas and milliseconds.
+    fn wait(&self) -> Option<(u32, u64)> {
+        let ms = u64::try_from(self.timeout.as_millis() / 2).unwrap_or(u64::MAX);
+        self.wait.map(|replicas| (replicas, ms.max(1)))
+    }
+
     /// Connects and loads `scripts` (on a single server; on a Cluster each
     /// node loads a script the first time it answers `NOSCRIPT`).
     pub(crate) async fn connect(
@@ -130,6 +147,7 @@ impl Store {
             connection,
             timeout,
             slots: Mutex::new(SlotMap::default()),
+            wait: None,
         };
         if let Connection::Cluster(cluster) = &store.connection {
             // Load the scripts on every master now, so that the first batch
@@ -179,13 +197,14 @@ impl Store {
             Connection::Single(manager) => {
                 let all: Vec<usize> = (0..records.len()).collect();
                 let calls = calls_for(&all);
-                let pipe = pipeline(&lua.script, header, records, &calls);
+                let pipe = pipeline(&lua.script, header, records, &calls, self.wait());
                 outcome.calls += calls.len() as u64;
                 let mut manager = manager.clone();
                 let reply = self
                     .single_round_trip(&mut manager, &lua.script, &pipe, &mut outcome)
                     .await;
-                match reply.and_then(|values| split(values, &calls, outs, records.len())) {
+                match reply.and_then(|values| split(values, &calls, outs, records.len(), self.wait))
+                {
                     Ok(replies) => {
                         outcome.replies = replies;
                         outcome.ok_slots.push(ALL_SLOTS);
@@ -209,7 +228,7 @@ impl Store {
     /// cannot apply anything twice).
     async fn single_round_trip(
         &self,
-        manager: &mut ConnectionManager,
+        manager: &mut Single,
         script: &redis::Script,
         pipe: &redis::Pipeline,
         outcome: &mut Outcome,
@@ -275,7 +294,7 @@ impl Store {
             for indices in by_slot.values() {
                 calls.extend(calls_for(indices));
             }
-            let pipe = pipeline(&lua.script, header, records, &calls);
+            let pipe = pipeline(&lua.script, header, records, &calls, self.wait());
             outcome.calls += calls.len() as u64;
             let route = SingleNodeRoutingInfo::ByAddress {
                 host: range.host.clone(),
@@ -284,9 +303,11 @@ impl Store {
             let connection = cluster.clone();
             let code = lua.code;
             let timeout = self.timeout;
+            let waits = self.wait.is_some();
             tasks.spawn(async move {
+                let count = calls.len() + usize::from(waits);
                 let (reply, trips) =
-                    cluster_round_trip(connection, code, pipe, calls.len(), route, timeout).await;
+                    cluster_round_trip(connection, code, pipe, count, route, timeout).await;
                 (calls, reply, trips, span)
             });
         }
@@ -298,7 +319,8 @@ impl Store {
                 continue;
             };
             outcome.round_trips += trips;
-            match reply.and_then(|values| split(values, &calls, outs, records.len())) {
+            let wait = self.wait;
+            match reply.and_then(|values| split(values, &calls, outs, records.len(), wait)) {
                 Ok(replies) => {
                     outcome.ok_slots.push(span);
                     for (slot, reply) in outcome.replies.iter_mut().zip(replies) {
@@ -420,12 +442,14 @@ fn calls_for(indices: &[usize]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// A pipeline with one `EVALSHA` per call.
+/// A pipeline with one `EVALSHA` per call, then `WAIT replicas ms` when
+/// `wait` is set.
 fn pipeline(
     script: &redis::Script,
     header: &[i64],
     records: &[Record],
     calls: &[Vec<usize>],
+    wait: Option<(u32, u64)>,
 ) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     for call in calls {
@@ -445,16 +469,31 @@ fn pipeline(
         }
         pipe.invoke_script(&invocation);
     }
+    if let Some((replicas, ms)) = wait {
+        pipe.cmd("WAIT").arg(replicas).arg(ms);
+    }
     pipe
 }
 
 /// Distributes the calls' replies to their records.
 fn split(
-    values: Vec<Value>,
+    mut values: Vec<Value>,
     calls: &[Vec<usize>],
     outs: usize,
     records: usize,
+    wait: Option<u32>,
 ) -> Result<Vec<Option<Vec<i64>>>, RedisError> {
+    if let Some(wanted) = wait {
+        // The pipeline ends with WAIT: its count of replicas that hold
+        // every write before it.
+        let acked = match values.pop() {
+            Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            other => return Err(RedisError::BadReply(format!("WAIT answered {other:?}"))),
+        };
+        if acked < wanted {
+            return Err(RedisError::NotReplicated { acked, wanted });
+        }
+    }
     if values.len() != calls.len() {
         return Err(RedisError::BadReply(format!(
             "{} replies for {} calls",
@@ -600,12 +639,12 @@ mod tests {
             ]),
             Value::Array(vec![Value::Int(10), Value::Int(11)]),
         ];
-        let replies = split(values, &calls, 2, 3).unwrap();
+        let replies = split(values, &calls, 2, 3, None).unwrap();
         assert_eq!(
             replies,
             vec![Some(vec![0, 1]), Some(vec![10, 11]), Some(vec![20, 21])]
         );
         let short = vec![Value::Array(vec![Value::Int(1)])];
-        assert!(split(short, &[vec![0]], 2, 1).is_err());
+        assert!(split(short, &[vec![0]], 2, 1, None).is_err());
     }
 }
