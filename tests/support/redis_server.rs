@@ -15,7 +15,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A free port whose cluster-bus port (port + 10000) is free too.
-fn free_cluster_port() -> u16 {
+pub fn free_cluster_port() -> u16 {
     loop {
         let port = free_port();
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
@@ -24,7 +24,9 @@ fn free_cluster_port() -> u16 {
     }
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
+/// A fresh directory under the system temp dir, unique to this process
+/// and call; the caller removes it.
+pub fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "rategate-{tag}-{}-{}",
         std::process::id(),
@@ -34,7 +36,9 @@ fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+/// Runs redis-cli against 127.0.0.1:`port`: its stdout, or None when it
+/// could not run or failed (a Redis error reply still counts as output).
+pub fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
