@@ -4,7 +4,8 @@
 //! is unreachable.
 
 use super::RedisError;
-use super::sentinel::{Follow, Sentinel, Single};
+use super::sentinel::Sentinel;
+use super::single::Single;
 use crate::algorithm::Algorithm;
 use crate::{Clock, KeyedRateLimiter, Quota};
 use redis::aio::ConnectionManagerConfig;
@@ -145,24 +146,12 @@ pub(crate) async fn connect(
             None => Err(RedisError::Config(
                 "no Redis server: call url(), cluster() or sentinel()",
             )),
-            Some(Target::Url(url)) => {
-                let client = client(parse_url(&url)?, tls)?;
-                let manager = client
-                    .get_connection_manager_with_config(manager_config(timeout))
-                    .await?;
-                let mut single = Single::Fixed(manager);
-                for script in scripts {
-                    script.prepare_invoke().load_async(&mut single).await?;
-                }
-                Ok(Connection::Single(single))
-            }
-            Some(Target::Sentinel(sentinel)) => {
-                let mut single = Single::Follow(Follow::start(sentinel, tls, timeout).await?);
-                for script in scripts {
-                    script.prepare_invoke().load_async(&mut single).await?;
-                }
-                Ok(Connection::Single(single))
-            }
+            Some(Target::Url(url)) => Ok(Connection::Single(
+                loaded(Single::fixed(&url, tls, timeout).await?, scripts).await?,
+            )),
+            Some(Target::Sentinel(sentinel)) => Ok(Connection::Single(
+                loaded(Single::sentinel(sentinel, tls, timeout).await?, scripts).await?,
+            )),
             Some(Target::Cluster(nodes)) => {
                 let builder = redis::cluster::ClusterClient::builder(nodes)
                     .connection_timeout(timeout)
@@ -181,6 +170,14 @@ pub(crate) async fn connect(
     tokio::time::timeout(timeout.max(Duration::from_secs(5)), connect)
         .await
         .map_err(|_| RedisError::Timeout)?
+}
+
+/// `single` once `scripts` are loaded on it.
+async fn loaded(mut single: Single, scripts: &[&redis::Script]) -> Result<Single, RedisError> {
+    for script in scripts {
+        script.prepare_invoke().load_async(&mut single).await?;
+    }
+    Ok(single)
 }
 
 /// A local keyed limiter for `share` (0 < share <= 1) of `quota`: limit and

@@ -358,14 +358,13 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
         let connection = connect(self.target, &self.tls, timeout, &[&script, &batch]).await?;
         let wire = match (&connection, single) {
             (_, Some(url)) => Some(Wire::new(parse_url(&url)?, &self.tls)?),
-            (Connection::Single(single), None) if self.batching => match single.follow() {
-                Some(follow) => Some(Wire::following(
-                    follow.info(),
+            (Connection::Single(single), None) if self.batching && single.follows_sentinel() => {
+                Some(Wire::following(
+                    single.info(),
                     &self.tls,
-                    Some(Arc::clone(follow)),
-                )?),
-                None => None,
-            },
+                    Some(single.clone()),
+                )?)
+            }
             _ => None,
         };
         let batcher = match wire {

@@ -42,6 +42,7 @@ mod key;
 pub mod lease;
 mod limiter;
 mod sentinel;
+mod single;
 pub mod synced;
 mod task;
 mod wire;

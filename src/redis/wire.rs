@@ -19,10 +19,9 @@
 
 use super::RedisError;
 use super::connection::Tls;
-use super::sentinel::Follow;
+use super::single::Single;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind};
 use std::io;
-use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The socket.
@@ -76,7 +75,7 @@ pub(crate) struct Wire {
     info: ConnectionInfo,
     /// Through Sentinel: where `info` comes from when a socket opens, and
     /// who is told when one fails.
-    follow: Option<Arc<Follow>>,
+    follow: Option<Single>,
     /// For a `rediss://` address: how to verify the server.
     #[cfg(feature = "redis-tls")]
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
@@ -108,7 +107,7 @@ impl Wire {
     pub(crate) fn following(
         info: ConnectionInfo,
         tls: &Tls,
-        follow: Option<Arc<Follow>>,
+        follow: Option<Single>,
     ) -> Result<Wire, RedisError> {
         let _ = tls;
         #[cfg(feature = "redis-tls")]

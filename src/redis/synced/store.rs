@@ -15,7 +15,7 @@
 
 use super::super::RedisError;
 use super::super::connection::{Connection, Target, Tls, connect};
-use super::super::sentinel::Single;
+use super::super::single::Single;
 use crate::sync::{Arc, Mutex};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
