@@ -210,6 +210,11 @@ impl Store {
                         outcome.ok_slots.push(ALL_SLOTS);
                     }
                     Err(error) => {
+                        if matches!(error, RedisError::NotReplicated { .. }) {
+                            // A master without the replicas it had: Sentinel
+                            // may have promoted one of them meanwhile.
+                            manager.search();
+                        }
                         outcome.fail(error);
                         outcome.failed_slots.push(ALL_SLOTS);
                     }
