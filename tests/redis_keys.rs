@@ -13,17 +13,10 @@ use rategate::redis::{LeasedLimiter, RedisError, RedisLimiter, Source, SyncedLim
 use rategate::{
     FixedWindow, LeakyBucket, Quota, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
+use redis_server::runtime;
 use redis_server::{RedisCluster, RedisServer};
 use std::collections::HashSet;
 use std::time::Duration;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The slot Redis itself computes for `key` (`CLUSTER KEYSLOT`).
 fn slot(connection: &mut redis::Connection, key: &str) -> i64 {

@@ -10,17 +10,10 @@ mod redis_server;
 use rategate::redis::LeasedLimiter;
 use rategate::{ManualClock, Quota};
 use redis_server::RedisServer;
+use redis_server::runtime;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 async fn node(
     server: &RedisServer,

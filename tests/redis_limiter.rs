@@ -14,18 +14,11 @@ use rategate::policy::StoreDown;
 use rategate::redis::{BlockingRedisLimiter, RedisLimiter, RedisStats, Source, TimeSource};
 use rategate::{ManualClock, Quota, TokenBucket};
 use redis_server::RedisServer;
+use redis_server::runtime;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_millis(100);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 async fn limiter(
     server: &RedisServer,

@@ -13,16 +13,9 @@ mod redis_topology;
 
 use rategate::redis::{LeasedLimiter, RedisError, RedisLimiter, Sentinel, Source, SyncedLimiter};
 use rategate::{FixedWindow, ManualClock, Quota, TokenBucket};
+use redis_server::runtime;
 use redis_topology::SentinelSetup;
 use std::time::{Duration, Instant};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn sentinel(setup: &SentinelSetup) -> Sentinel {
     Sentinel::new(setup.master_name(), &setup.sentinel_urls())

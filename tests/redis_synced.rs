@@ -11,6 +11,7 @@ use rategate::redis::{SyncAlgorithm, SyncedLimiter};
 use rategate::{
     FixedWindow, KeyedRateLimiter, ManualClock, Quota, SlidingWindowCounter, TokenBucket,
 };
+use redis_server::runtime;
 use redis_server::{RedisCluster, RedisServer};
 use std::time::{Duration, Instant};
 
@@ -29,14 +30,6 @@ fn stored(server: &RedisServer, prefix: &str, rest: &str) -> String {
 }
 
 const HOUR: u64 = 3_600_000_000_000;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A node: manual syncs unless `interval` is given.
 async fn node<A: SyncAlgorithm>(

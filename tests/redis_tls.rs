@@ -12,6 +12,7 @@ mod redis_server;
 
 use rategate::redis::{LeasedLimiter, RedisError, RedisLimiter, Source, SyncedLimiter, Tls};
 use rategate::{FixedWindow, ManualClock, Quota, TokenBucket};
+use redis_server::runtime;
 use redis_server::{RedisServer, free_port};
 use std::path::PathBuf;
 use std::process::Command;
@@ -139,14 +140,6 @@ fn tls_server(certs: &Certs, clients: bool) -> (RedisServer, String) {
         if clients { "yes" } else { "no" },
     ]);
     (server, format!("rediss://127.0.0.1:{port}/"))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 async fn limiter(

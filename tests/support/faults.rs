@@ -482,11 +482,7 @@ fn inject(fault: Fault, topology: &mut Topology, length: Duration, first_key: &s
 /// Runs `fault` against `kind` under `plan`'s load.
 pub fn run(fault: Fault, kind: Kind, plan: &Plan) -> Row {
     let mut topology = Topology::start(fault);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = crate::redis_server::runtime();
     let limiters = Arc::new(runtime.block_on(Limiters::build(kind, &topology, plan)));
     let keys: Arc<Vec<String>> = Arc::new((0..plan.keys).map(|k| format!("key{k}")).collect());
     let start = Instant::now();

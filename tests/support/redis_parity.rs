@@ -16,6 +16,7 @@
 // Each test file uses a part of this module.
 #![allow(dead_code, unused_macros)]
 
+pub use crate::redis_server::runtime;
 use crate::redis_server::{RedisCluster, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -124,14 +125,6 @@ pub const TIME_CAP: u64 = 1 << 52;
 pub enum Target<'a> {
     Single(&'a RedisServer),
     Cluster(&'a RedisCluster),
-}
-
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// A limiter in client time on `clock`, without the local cache.

@@ -8,6 +8,15 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The tests' tokio runtime: two worker threads, timers and I/O.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A free loopback port: bind port 0, read it, release it.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
@@ -48,6 +57,38 @@ pub fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `redis-cli --cluster create` of the nodes at `addrs` with `replicas`
+/// replicas per master, bounded: it waits for the nodes to join without a
+/// limit, and a node that went away after answering (its cluster bus port
+/// taken by another test's connection, say) would hang it for good; the
+/// caller retries with fresh nodes like any other failure.
+pub fn cluster_create(addrs: &[String], replicas: u32) -> Result<(), String> {
+    let mut create = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(addrs)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-cli must be installed (apt-get install redis-tools)");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match create.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(_)) => return Err("redis-cli --cluster create failed".to_string()),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => {
+                let _ = create.kill();
+                let _ = create.wait();
+                return Err("redis-cli --cluster create did not finish in 30 s".to_string());
+            }
+        }
+    }
 }
 
 /// One `redis-server` process on 127.0.0.1.
@@ -205,37 +246,7 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let mut create = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-cli must be installed (apt-get install redis-tools)");
-        // `--cluster create` waits for the nodes to join without a limit: a
-        // node that went away after answering (its cluster bus port taken
-        // by another test's connection, say) hangs it for good. Bounded
-        // here, and retried with fresh nodes like any other failure.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            match create.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                _ => {
-                    let _ = create.kill();
-                    let _ = create.wait();
-                    break None;
-                }
-            }
-        };
-        match status {
-            Some(status) if status.success() => {}
-            Some(_) => return Err("redis-cli --cluster create failed".to_string()),
-            None => return Err("redis-cli --cluster create did not finish in 30 s".to_string()),
-        }
+        cluster_create(&addrs, 0)?;
         let deadline = Instant::now() + Duration::from_secs(20);
         'wait: while Instant::now() < deadline {
             for node in &nodes {

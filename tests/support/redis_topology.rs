@@ -703,33 +703,7 @@ impl ClusterWithReplicas {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let mut create = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-cli must be installed (apt-get install redis-tools)");
-        // `--cluster create` waits for the nodes to join without a limit.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            match create.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
-                _ => {
-                    let _ = create.kill();
-                    let _ = create.wait();
-                    break None;
-                }
-            }
-        };
-        match status {
-            Some(status) if status.success() => {}
-            Some(_) => return Err("redis-cli --cluster create failed".to_string()),
-            None => return Err("redis-cli --cluster create did not finish in 30 s".to_string()),
-        }
+        crate::redis_server::cluster_create(&addrs, 1)?;
         let mut cluster = ClusterWithReplicas {
             nodes,
             known: Vec::new(),
