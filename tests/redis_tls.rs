@@ -341,3 +341,175 @@ fn policy_files_over_tls() {
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
     });
 }
+
+/// Three cluster masters that speak TLS only (`--port 0`), their cluster
+/// bus over TLS too; killed on drop.
+struct TlsCluster {
+    ports: Vec<u16>,
+    children: Vec<std::process::Child>,
+    dirs: Vec<PathBuf>,
+}
+
+impl TlsCluster {
+    fn start(certs: &Certs) -> TlsCluster {
+        let mut cluster = TlsCluster {
+            ports: Vec::new(),
+            children: Vec::new(),
+            dirs: Vec::new(),
+        };
+        for _ in 0..3 {
+            let port = redis_server::free_cluster_port();
+            let dir = redis_server::temp_dir("tls-cluster");
+            let child = Command::new("redis-server")
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--dir", dir.to_str().unwrap()])
+                .args(["--tls-cert-file", &certs.path("server.pem")])
+                .args(["--tls-key-file", &certs.path("server.key")])
+                .args(["--tls-ca-cert-file", &certs.path("ca.pem")])
+                .args(["--tls-auth-clients", "no", "--tls-cluster", "yes"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed");
+            cluster.ports.push(port);
+            cluster.children.push(child);
+            cluster.dirs.push(dir);
+        }
+        let tls_cli = |port: u16, args: &[&str]| {
+            Command::new("redis-cli")
+                .args(["--tls", "--cacert", &certs.path("ca.pem")])
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        let up = |port| {
+            (0..200).any(|_| {
+                let ok = tls_cli(port, &["PING"]).is_some_and(|r| r.contains("PONG"));
+                if !ok {
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                ok
+            })
+        };
+        assert!(
+            cluster.ports.iter().all(|&p| up(p)),
+            "TLS nodes did not start"
+        );
+        let addrs: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let created = Command::new("timeout")
+            .args([
+                "30",
+                "redis-cli",
+                "--tls",
+                "--cacert",
+                &certs.path("ca.pem"),
+            ])
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli must be installed");
+        assert!(
+            created.success(),
+            "redis-cli --cluster create over TLS failed"
+        );
+        let ok = |port| {
+            (0..400).any(|_| {
+                let ok = tls_cli(port, &["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"));
+                if !ok {
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                ok
+            })
+        };
+        assert!(cluster.ports.iter().all(|&p| ok(p)), "TLS cluster not ok");
+        cluster
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{p}/"))
+            .collect()
+    }
+}
+
+impl Drop for TlsCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A Redis Cluster whose nodes speak TLS only: the Redis, synced and
+/// leased limiters find the slots and decide over `rediss://`.
+#[test]
+fn a_cluster_over_tls() {
+    let certs = Certs::make();
+    let cluster = TlsCluster::start(&certs);
+    runtime().block_on(async {
+        let limiter = RedisLimiter::<TokenBucket>::builder(Quota::per_hour(3).unwrap())
+            .cluster(&cluster.urls())
+            .tls(certs.trusted())
+            .prefix("tls-cluster")
+            .timeout(Duration::from_secs(2))
+            .local_cache(false)
+            .build()
+            .await
+            .unwrap();
+        for key in ["a", "b", "c", "d"] {
+            let admitted: Vec<bool> = [
+                limiter.check(key).await.unwrap(),
+                limiter.check(key).await.unwrap(),
+                limiter.check(key).await.unwrap(),
+                limiter.check(key).await.unwrap(),
+            ]
+            .iter()
+            .map(|d| {
+                assert_eq!(d.source(), Source::Redis);
+                d.is_allowed()
+            })
+            .collect();
+            assert_eq!(admitted, [true, true, true, false], "{key}");
+        }
+        let synced = SyncedLimiter::<FixedWindow>::builder(Quota::per_hour(5).unwrap())
+            .cluster(&cluster.urls())
+            .tls(certs.trusted())
+            .prefix("tls-cluster-synced")
+            .clock(ManualClock::new())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        assert!(synced.check("k").is_allowed());
+        synced.sync_now().await.unwrap();
+        let leased = LeasedLimiter::builder(Quota::per_hour(5).unwrap())
+            .cluster(&cluster.urls())
+            .tls(certs.trusted())
+            .prefix("tls-cluster-lease")
+            .clock(ManualClock::new())
+            .background(false)
+            .build()
+            .await
+            .unwrap();
+        assert!(leased.acquire("k").await.unwrap().is_allowed());
+    });
+}
