@@ -707,3 +707,33 @@ mod redis {
         );
     }
 }
+
+/// A policy's `Debug` (logged by users) prints no password: not the
+/// master's, not one in a URL.
+#[test]
+fn debug_output_hides_passwords() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.a]
+        quota = "1/s"
+        backend = { kind = "redis", url = "redis://user:hunter2@10.0.0.1:6379/0" }
+
+        [policies.b]
+        quota = "1/s"
+        backend = { kind = "leased", sentinels = ["redis://:sentinelpw@10.0.0.1:26379"], master = "m", master_password = "masterpw" }
+
+        [policies.c]
+        quota = "1/s"
+        backend = { kind = "synced", cluster = ["redis://:clusterpw@10.0.0.1:7000/"] }
+        "#,
+    )
+    .unwrap();
+    let printed = format!("{file:?}");
+    for secret in ["hunter2", "sentinelpw", "masterpw", "clusterpw"] {
+        assert!(!printed.contains(secret), "{secret} in {printed}");
+    }
+    assert!(
+        printed.contains("redis://user:***@10.0.0.1:6379/0"),
+        "{printed}"
+    );
+}

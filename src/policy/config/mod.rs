@@ -191,8 +191,9 @@ pub enum Store {
 }
 
 /// Which Redis a Redis-backed policy talks to: exactly one of `url`,
-/// `cluster` or `sentinels` in its backend table.
-#[derive(Debug, Clone, PartialEq)]
+/// `cluster` or `sentinels` in its backend table. Its `Debug` prints no
+/// password: neither the master's nor one in a URL.
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub enum RedisServer {
     /// One server (`url = "redis://host:6379/0"`, `rediss://` for TLS).
@@ -215,6 +216,46 @@ pub enum RedisServer {
         /// `master_db` (default 0).
         db: i64,
     },
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls = |urls: &[String]| urls.iter().map(|u| redact(u)).collect::<Vec<_>>();
+        match self {
+            RedisServer::Url(url) => f.debug_tuple("Url").field(&redact(url)).finish(),
+            RedisServer::Cluster(nodes) => f.debug_tuple("Cluster").field(&urls(nodes)).finish(),
+            RedisServer::Sentinel {
+                master,
+                sentinels,
+                username,
+                password,
+                db,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("sentinels", &urls(sentinels))
+                .field("username", username)
+                .field("password", &password.as_ref().map(|_| "***"))
+                .field("db", db)
+                .finish(),
+        }
+    }
+}
+
+/// `url` with the password in its user part (`redis://user:pw@host`)
+/// replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some(scheme) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme..].find('/').map_or(url.len(), |i| scheme + i);
+    let Some(at) = url[scheme..authority_end].rfind('@').map(|i| scheme + i) else {
+        return url.to_owned();
+    };
+    match url[scheme..at].find(':').map(|i| scheme + i) {
+        Some(colon) => format!("{}***{}", &url[..=colon], &url[at..]),
+        None => url.to_owned(),
+    }
 }
 
 /// How a Redis-backed policy reaches Redis: the server, and the TLS files
