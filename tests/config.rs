@@ -301,6 +301,36 @@ fn bad_files_name_the_policy_and_the_field() {
             "needs its key",
         ),
         (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"\" }",
+            Some("d"),
+            Some("backend.url"),
+            "must not be empty",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", sentinels = [\"\"], master = \"m\" }",
+            Some("d"),
+            Some("backend.sentinels"),
+            "empty URL",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", sentinels = [\"redis://s\"], master = \"m\", master_username = \"u\" }",
+            Some("d"),
+            Some("backend.master_password"),
+            "needs its password",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", sentinels = [\"redis://s\"], master = \"m\", master_password = \"\" }",
+            Some("d"),
+            Some("backend.master_password"),
+            "must not be empty",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"rediss://x\", tls_ca = \"\" }",
+            Some("d"),
+            Some("backend.tls_ca"),
+            "must not be empty",
+        ),
+        (
             "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", url = \"redis://x\" }",
             Some("d"),
             Some("backend.url"),

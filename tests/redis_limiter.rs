@@ -897,3 +897,93 @@ fn batching_can_be_turned_off() {
         assert_eq!(limiter.stats().errors, 0);
     });
 }
+
+/// Behind a proxy that accepts connections and closes them at once (its
+/// backend down, `maxclients` reached), the batching connection backs off
+/// instead of opening a socket per batch: 32 tasks deciding for 2 s open
+/// a few dozen connections, not tens of thousands; the store-down policy
+/// decides meanwhile.
+#[test]
+fn sockets_that_close_before_answering_are_not_reopened_at_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let open: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+    let upstream_port = server.port;
+    {
+        let (accepted, closing, open) = (
+            Arc::clone(&accepted),
+            Arc::clone(&closing),
+            Arc::clone(&open),
+        );
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if closing.load(Ordering::Relaxed) {
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    drop(client);
+                    continue;
+                }
+                // Before the fault: forward to the real server.
+                let Ok(upstream) = std::net::TcpStream::connect(("127.0.0.1", upstream_port))
+                else {
+                    continue;
+                };
+                open.lock().unwrap().push(client.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), upstream.try_clone().unwrap()),
+                    (upstream, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+    }
+    runtime().block_on(async {
+        let limiter = Arc::new(
+            RedisLimiter::<TokenBucket>::builder(Quota::per_second(1_000).unwrap())
+                .url(&format!("redis://127.0.0.1:{port}/"))
+                .store_down(StoreDown::FailClosed)
+                .build()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(limiter.check("k").await.unwrap().source(), Source::Redis);
+        // From now on the proxy closes what it accepts, and the sockets
+        // open through it close too.
+        closing.store(true, Ordering::Relaxed);
+        for socket in open.lock().unwrap().drain(..) {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                tokio::spawn(async move {
+                    let mut decided = 0;
+                    while start.elapsed() < Duration::from_secs(2) {
+                        let d = limiter.check("k").await.unwrap();
+                        assert_eq!(d.source(), Source::FailClosed);
+                        decided += 1;
+                        tokio::task::yield_now().await;
+                    }
+                    decided
+                })
+            })
+            .collect();
+        let mut decided = 0;
+        for task in tasks {
+            decided += task.await.unwrap();
+        }
+        let opened = accepted.load(Ordering::Relaxed);
+        assert!(decided > 1_000, "only {decided} decisions");
+        assert!(opened < 100, "{opened} connections opened in 2 s");
+    });
+}

@@ -38,6 +38,21 @@ async fn redis_limiter(
         .unwrap()
 }
 
+/// Waits until the node on `port` answers `ROLE` as a replica: from then
+/// on a write there fails with READONLY, so a decision made by Redis was
+/// made on the new master.
+fn wait_demoted(setup: &SentinelSetup, port: u16) {
+    let node = setup.nodes().iter().find(|n| n.port() == port).unwrap();
+    let start = Instant::now();
+    while node.role().as_deref() != Some("slave") {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the old master was not turned into a replica"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Checks `key` until Redis decides again, at most `limit`; the time it
 /// took.
 async fn until_redis_decides(
@@ -148,6 +163,7 @@ fn decisions_follow_a_failover() {
         let second = setup
             .wait_for_master_change(first, Duration::from_secs(20))
             .expect("a new master");
+        wait_demoted(&setup, first);
         for limiter in [&batched, &lone] {
             let took = until_redis_decides(limiter, "k", Duration::from_secs(10)).await;
             assert!(took.is_some(), "no Redis decision after the failover");
@@ -305,11 +321,104 @@ fn policy_file_through_sentinel() {
         )
         .await
         .unwrap();
+        // A master name the sentinels do not know names the field.
+        let mut unknown = file.policy("central").unwrap().clone();
+        if let rategate::policy::config::Store::Redis { connection, .. } = &mut unknown.backend {
+            connection.server = rategate::policy::config::RedisServer::Sentinel {
+                master: "nosuchmaster".into(),
+                sentinels: setup.sentinel_urls(),
+                username: None,
+                password: None,
+                db: 0,
+            };
+        }
+        let e = PolicyLimiter::build(&unknown, Box::new(|_: &str| TierId::DEFAULT))
+            .await
+            .unwrap_err();
+        assert_eq!(e.field_name(), Some("backend.master"), "{e}");
         let admitted = [
             limiter.check_n("k", 1).await.unwrap().admit(),
             limiter.check_n("k", 1).await.unwrap().admit(),
             limiter.check_n("k", 1).await.unwrap().admit(),
         ];
         assert_eq!(admitted, [true, true, false]);
+    });
+}
+
+/// A replica given as a plain `url()` is refused at build (it would
+/// answer every decision with READONLY), and `wait_for_replicas` above
+/// the replicas the master has is refused too (it would grant nothing).
+#[test]
+fn a_replica_or_missing_replicas_are_refused_at_build() {
+    let setup = SentinelSetup::start();
+    let master = setup.master_port().unwrap();
+    let replica = setup
+        .nodes()
+        .iter()
+        .find(|n| n.port() != master)
+        .unwrap()
+        .url();
+    runtime().block_on(async {
+        for batching in [true, false] {
+            let e = RedisLimiter::<FixedWindow>::builder(Quota::per_hour(10).unwrap())
+                .url(&replica)
+                .batching(batching)
+                .build()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(e, RedisError::Config(m) if m.contains("replica")),
+                "{e}"
+            );
+        }
+        let e = LeasedLimiter::builder(Quota::per_hour(10).unwrap())
+            .sentinel(sentinel(&setup))
+            .wait_for_replicas(3)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, RedisError::Config(m) if m.contains("replicas")),
+            "{e}"
+        );
+        LeasedLimiter::builder(Quota::per_hour(10).unwrap())
+            .sentinel(sentinel(&setup))
+            .wait_for_replicas(2)
+            .build()
+            .await
+            .unwrap();
+    });
+}
+
+/// A search for the master still running when its runtime shuts down
+/// (a limiter built on one runtime, used on another) does not leave the
+/// limiter unable to search again: it follows the next failover.
+#[test]
+fn a_search_cut_short_by_its_runtime_does_not_stop_the_next() {
+    let mut setup = SentinelSetup::start();
+    let first = runtime();
+    let limiter = first.block_on(redis_limiter(&setup, "rt", false));
+    // The first sentinel hangs: the search it starts takes the timeout
+    // (300 ms) there before asking the next. The master hangs too, for
+    // less than the sentinels take to call it down (1 s).
+    let master = setup.master_port().unwrap();
+    setup.sentinels_mut()[0].stop();
+    setup.node(master).stop();
+    first.block_on(async {
+        // Dropped before its reply: connection trouble, a search starts.
+        let _ = tokio::time::timeout(Duration::from_millis(100), limiter.check("k")).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    });
+    drop(first);
+    setup.node(master).cont();
+    setup.sentinels_mut()[0].cont();
+    setup.failover();
+    setup
+        .wait_for_master_change(master, Duration::from_secs(20))
+        .expect("a new master");
+    wait_demoted(&setup, master);
+    runtime().block_on(async {
+        let took = until_redis_decides(&limiter, "k", Duration::from_secs(10)).await;
+        assert!(took.is_some(), "the limiter no longer follows the master");
     });
 }

@@ -312,6 +312,10 @@ fn policy_files_over_tls() {
         [policies.missing]
         quota = "3/h"
         backend = {{ kind = "redis", url = "{url}", tls_ca = "/nonexistent/ca.pem" }}
+
+        [policies.endless]
+        quota = "3/h"
+        backend = {{ kind = "redis", url = "{url}", tls_ca = "/dev/zero" }}
         "#
     ))
     .unwrap();
@@ -339,6 +343,10 @@ fn policy_files_over_tls() {
         let e = build("missing").await.unwrap_err();
         assert_eq!(e.field_name(), Some("backend.tls_ca"), "{e}");
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        // A device would be read forever: refused as not a regular file.
+        let e = build("endless").await.unwrap_err();
+        assert_eq!(e.field_name(), Some("backend.tls_ca"), "{e}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     });
 }
 

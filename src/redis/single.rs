@@ -10,8 +10,9 @@
 //! in connection trouble (an I/O error, a timeout, `READONLY`, or dropped
 //! before its reply) counts, and a call that gets any reply resets the
 //! count. After such a call the server is looked for again in the
-//! background (at most one search at a time, at least [`SEARCH_SPACING`]
-//! apart): through Sentinel the sentinels are asked again; a new address,
+//! background (at most one search at a time; [`SEARCH_SPACING`] apart,
+//! doubled after each search that finds nothing new, up to
+//! [`MAX_SPACING`]): through Sentinel the sentinels are asked again; a new address,
 //! or [`REPLACE_AFTER`] troubled calls in a row on the same one, replaces
 //! the connection for the calls that follow. The troubled call is not
 //! retried: it may have run.
@@ -33,13 +34,17 @@ use redis::{
     ServerErrorKind, Value,
 };
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// The least time between two searches, so that a server that hangs
 /// costs one search per spacing, not one per failed call.
 const SEARCH_SPACING: Duration = Duration::from_millis(50);
+
+/// The most: searches that keep finding the same server (callers that
+/// drop their calls early, a server that is down) slow to one a second.
+const MAX_SPACING: Duration = Duration::from_secs(1);
 
 /// Troubled calls in a row after which the same address gets a new
 /// connection: one failure may be the server's (a slow reply), two in a
@@ -75,8 +80,10 @@ struct Shared {
     troubled: AtomicU32,
     /// A search is under way (at most one at a time).
     searching: AtomicBool,
-    /// When the last search started.
-    last_search: parking_lot::Mutex<Option<Instant>>,
+    /// When the last search started, and the spacing before the next.
+    last_search: parking_lot::Mutex<(Option<Instant>, Duration)>,
+    /// The sentinel that answered last: asked first next time.
+    preferred: AtomicUsize,
 }
 
 struct Current {
@@ -132,8 +139,19 @@ impl Single {
     }
 
     async fn start(locate: Locate, tls: &Tls, timeout: Duration) -> Result<Single, RedisError> {
-        let info = locate.find(tls, timeout).await?;
-        let manager = connect(info.clone(), tls, timeout).await?;
+        let preferred = AtomicUsize::new(0);
+        let info = locate.find_with(tls, timeout, &preferred).await?;
+        let mut manager = connect(info.clone(), tls, timeout).await?;
+        if matches!(locate, Locate::Fixed(_)) {
+            // A replica would answer every write with READONLY, forever:
+            // refused here, as a master Sentinel names is (`ask`).
+            let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut manager).await?;
+            if !is_master(&role) {
+                return Err(RedisError::Config(
+                    "the server is a replica, not a master: give the master's address, or sentinel()",
+                ));
+            }
+        }
         Ok(Single(Arc::new(Shared {
             locate,
             tls: tls.clone(),
@@ -141,7 +159,8 @@ impl Single {
             current: parking_lot::Mutex::new(Current { info, manager }),
             troubled: AtomicU32::new(0),
             searching: AtomicBool::new(false),
-            last_search: parking_lot::Mutex::new(None),
+            last_search: parking_lot::Mutex::new((None, SEARCH_SPACING)),
+            preferred,
         })))
     }
 
@@ -166,23 +185,27 @@ impl Single {
     pub(crate) fn search(&self) {
         {
             let mut last = self.0.last_search.lock();
-            if last.is_some_and(|at| at.elapsed() < SEARCH_SPACING) {
+            let (at, spacing) = *last;
+            if at.is_some_and(|at| at.elapsed() < spacing) {
                 return;
             }
             // Acquire: whoever wins the flag sees the previous search's
-            // swap of `current` (made before its Release store below).
+            // swap of `current` (made before its Release store, in
+            // `Searching`'s drop).
             if self.0.searching.swap(true, Ordering::Acquire) {
                 return;
             }
-            *last = Some(Instant::now());
+            last.0 = Some(Instant::now());
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             self.0.searching.store(false, Ordering::Release);
             return;
         };
-        let shared = Arc::clone(&self.0);
+        let searching = Searching(Arc::clone(&self.0));
         runtime.spawn(async move {
-            if let Ok(info) = shared.locate.find(&shared.tls, shared.timeout).await {
+            let shared = &searching.0;
+            let mut found = false;
+            if let Ok(info) = shared.locate.find(shared).await {
                 let moved = shared.current.lock().info.addr() != info.addr();
                 // Relaxed: a count read as a hint; a stale read replaces a
                 // connection one search early or late.
@@ -193,8 +216,16 @@ impl Single {
                     *shared.current.lock() = Current { info, manager };
                     shared.troubled.store(0, Ordering::Relaxed);
                 }
+                found = moved;
             }
-            shared.searching.store(false, Ordering::Release);
+            let mut last = shared.last_search.lock();
+            last.1 = if found {
+                SEARCH_SPACING
+            } else {
+                (last.1 * 2).min(MAX_SPACING)
+            };
+            // `searching` is cleared when this future ends or is dropped
+            // (its runtime shut down mid-search).
         });
     }
 
@@ -208,6 +239,17 @@ impl Single {
             }
             _ => self.0.troubled.store(0, Ordering::Relaxed),
         }
+    }
+}
+
+/// Clears the search flag when the search's future ends or is dropped.
+struct Searching(Arc<Shared>);
+
+impl Drop for Searching {
+    fn drop(&mut self) {
+        // Release: publishes the search's swap of `current` to whoever
+        // wins the flag next (Acquire in `search`).
+        self.0.searching.store(false, Ordering::Release);
     }
 }
 
@@ -234,20 +276,40 @@ async fn connect(
 }
 
 impl Locate {
-    async fn find(&self, tls: &Tls, timeout: Duration) -> Result<ConnectionInfo, RedisError> {
+    /// The server now: a fixed address, or the master the first sentinel
+    /// that answers names (starting with the one that answered last).
+    async fn find(&self, shared: &Shared) -> Result<ConnectionInfo, RedisError> {
+        self.find_with(&shared.tls, shared.timeout, &shared.preferred)
+            .await
+    }
+
+    async fn find_with(
+        &self,
+        tls: &Tls,
+        timeout: Duration,
+        preferred: &AtomicUsize,
+    ) -> Result<ConnectionInfo, RedisError> {
         let (name, sentinels) = match self {
             Locate::Fixed(info) => return Ok(info.clone()),
             Locate::Sentinel {
                 name, sentinels, ..
             } => (name, sentinels),
         };
-        // Each sentinel's call is bounded by the timeout, at least one
-        // second: a sentinel that hangs costs that, and the next is asked.
-        let bound = timeout.max(Duration::from_secs(1));
+        // Each sentinel's call is bounded by the limiter's timeout (at
+        // least 50 ms): a sentinel that hangs costs that, and the next is
+        // asked.
+        let bound = timeout.max(Duration::from_millis(50));
         let mut why = Vec::new();
-        for sentinel in sentinels {
+        // Relaxed: which sentinel to ask first is a hint.
+        let first = preferred.load(Ordering::Relaxed);
+        for i in 0..sentinels.len() {
+            let index = (first + i) % sentinels.len();
+            let sentinel = &sentinels[index];
             match tokio::time::timeout(bound, self.ask(sentinel, tls, bound)).await {
-                Ok(Ok(info)) => return Ok(info),
+                Ok(Ok(info)) => {
+                    preferred.store(index, Ordering::Relaxed);
+                    return Ok(info);
+                }
                 Ok(Err(e)) => why.push(format!("{}: {e}", sentinel.addr())),
                 Err(_) => why.push(format!("{}: no answer in time", sentinel.addr())),
             }
@@ -308,13 +370,19 @@ impl Locate {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut master).await?;
-        match role.first() {
-            Some(Value::BulkString(role)) if role.as_slice() == b"master" => Ok(info),
-            _ => Err(RedisError::Sentinel(format!(
+        if is_master(&role) {
+            Ok(info)
+        } else {
+            Err(RedisError::Sentinel(format!(
                 "{addr} is named master but is not one (yet)"
-            ))),
+            )))
         }
     }
+}
+
+/// Whether a `ROLE` reply says master.
+fn is_master(role: &[Value]) -> bool {
+    matches!(role.first(), Some(Value::BulkString(role)) if role.as_slice() == b"master")
 }
 
 /// Counts the call when dropped: a call dropped before its reply (its

@@ -22,6 +22,7 @@ use super::connection::Tls;
 use super::single::Single;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind};
 use std::io;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The socket.
@@ -90,6 +91,15 @@ pub(crate) struct Wire {
     buf: Vec<u8>,
     /// Where the next reply starts in `buf`.
     pos: usize,
+    /// Whether the socket has given a reply since it opened.
+    answered: bool,
+    /// Sockets in a row that failed before their first reply (a proxy
+    /// that accepts and closes, a server that dies at once), and until
+    /// when no new one is opened: 10 ms doubled per such socket, at most
+    /// 1 s. Meanwhile requests fail at once, and the store-down policy
+    /// decides without a connection a request.
+    dead_opens: u32,
+    retry_at: Option<tokio::time::Instant>,
 }
 
 impl Wire {
@@ -142,6 +152,9 @@ impl Wire {
             owed: 0,
             buf: Vec::with_capacity(4096),
             pos: 0,
+            answered: false,
+            dead_opens: 0,
+            retry_at: None,
         })
     }
 
@@ -156,10 +169,23 @@ impl Wire {
         if let Some(follow) = &self.follow {
             follow.search();
         }
+        if self.stream.is_some() && !self.answered {
+            self.dead_open();
+        }
         self.stream = None;
         self.owed = 0;
         self.buf.clear();
         self.pos = 0;
+    }
+
+    /// Counts a socket that failed before its first reply, and holds off
+    /// the next for 10 ms doubled per such socket in a row, at most 1 s.
+    fn dead_open(&mut self) {
+        self.dead_opens = self.dead_opens.saturating_add(1);
+        let backoff = Duration::from_millis(10)
+            .saturating_mul(1 << self.dead_opens.min(7))
+            .min(Duration::from_secs(1));
+        self.retry_at = Some(tokio::time::Instant::now() + backoff);
     }
 
     /// Called by whoever takes the connection: replies still owed belong
@@ -192,7 +218,23 @@ impl Wire {
 
     async fn write_inner(&mut self, packed: &[u8]) -> Result<(), redis::RedisError> {
         if self.stream.is_none() {
-            self.open().await?;
+            if self
+                .retry_at
+                .is_some_and(|at| tokio::time::Instant::now() < at)
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the last connections closed before answering; retrying shortly",
+                )
+                .into());
+            }
+            if let Err(e) = self.open().await {
+                if self.stream.is_none() {
+                    // The connect itself failed (a refusal, no route).
+                    self.dead_open();
+                }
+                return Err(e);
+            }
         }
         self.put(packed).await
     }
@@ -238,6 +280,8 @@ impl Wire {
                     let at = self.pos;
                     self.pos += used;
                     self.owed -= 1;
+                    self.answered = true;
+                    self.dead_opens = 0;
                     return Ok(match reply {
                         Reply::Bulk { start, len } => Reply::Bulk {
                             start: at + start,
@@ -298,6 +342,7 @@ impl Wire {
             _ => return Err(io::Error::from(io::ErrorKind::Unsupported).into()),
         };
         self.stream = Some(stream);
+        self.answered = false;
         let settings = self.info.redis_settings().clone();
         let mut command = redis::Cmd::new();
         if let Some(password) = settings.password() {

@@ -431,6 +431,19 @@ impl Fields<'_> {
         {
             return Err(self.error(field, "only a Sentinel backend (sentinels) takes it".into()));
         }
+        let empty = |field: &str, value: &Option<String>| match value {
+            Some(v) if v.is_empty() => Err(self.error(field, "must not be empty".into())),
+            _ => Ok(()),
+        };
+        empty("url", &url)?;
+        for (field, list) in [("cluster", &cluster), ("sentinels", &sentinels)] {
+            if list
+                .as_ref()
+                .is_some_and(|l| l.iter().any(String::is_empty))
+            {
+                return Err(self.error(field, "holds an empty URL".into()));
+            }
+        }
         let server = match (url, cluster, sentinels) {
             (Some(url), None, None) => RedisServer::Url(url),
             (None, Some(nodes), None) => RedisServer::Cluster(nodes),
@@ -446,7 +459,20 @@ impl Fields<'_> {
                     })?,
                 sentinels,
                 username: self.string("master_username")?,
-                password: self.string("master_password")?,
+                password: match self.string("master_password")? {
+                    Some(p) if p.is_empty() => {
+                        return Err(self.error("master_password", "must not be empty".into()));
+                    }
+                    password => {
+                        if password.is_none() && self.table.contains_key("master_username") {
+                            return Err(self.error(
+                                "master_password",
+                                "missing: master_username needs its password".into(),
+                            ));
+                        }
+                        password
+                    }
+                },
                 db: match self.integer("master_db")? {
                     None => 0,
                     Some(db) => i64::try_from(db)
@@ -463,7 +489,10 @@ impl Fields<'_> {
                 ));
             }
         };
-        let path = |field: &str| Ok::<_, ConfigError>(self.string(field)?.map(PathBuf::from));
+        let path = |field: &str| match self.string(field)? {
+            Some(p) if p.is_empty() => Err(self.error(field, "must not be empty".into())),
+            p => Ok(p.map(PathBuf::from)),
+        };
         let tls_client = match (path("tls_cert")?, path("tls_key")?) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,

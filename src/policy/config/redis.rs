@@ -88,16 +88,36 @@ impl AnySyncedLimiter {
 }
 
 /// The field that names `policy`'s Redis, for errors of its connection.
-fn server_field(policy: &Policy) -> &'static str {
+fn server_field(policy: &Policy, error: &RedisError) -> &'static str {
     let connection = match &policy.backend {
         Store::Redis { connection, .. }
         | Store::Synced { connection, .. }
         | Store::Leased { connection, .. } => connection,
         _ => return "backend",
     };
-    match connection.server {
+    let text = error.to_string();
+    if matches!(error, RedisError::Tls(_))
+        || text.contains("certificate")
+        || text.contains("private key")
+    {
+        if connection.tls_client.is_some()
+            && (text.contains("private key") || connection.tls_ca.is_none())
+        {
+            return "backend.tls_cert";
+        }
+        if connection.tls_ca.is_some() {
+            return "backend.tls_ca";
+        }
+    }
+    match &connection.server {
         RedisServer::Url(_) => "backend.url",
         RedisServer::Cluster(_) => "backend.cluster",
+        RedisServer::Sentinel { .. } if text.contains("does not know a master named") => {
+            "backend.master"
+        }
+        RedisServer::Sentinel {
+            password: Some(_), ..
+        } if text.contains("WRONGPASS") || text.contains("AUTH") => "backend.master_password",
         RedisServer::Sentinel { .. } => "backend.sentinels",
     }
 }
@@ -114,7 +134,11 @@ where
         let limiter = make(*quota).await.map_err(|e| match e {
             RedisError::Quota(q) => policy.field_error(name, q.to_string()),
             RedisError::Config(what) => ConfigError::field(&policy.name, "backend", what),
-            other => ConfigError::field(&policy.name, server_field(policy), other.to_string()),
+            other => ConfigError::field(
+                &policy.name,
+                server_field(policy, &other),
+                other.to_string(),
+            ),
         })?;
         tiers.push((name.clone(), limiter));
     }
@@ -140,7 +164,7 @@ fn tls_of(policy: &Policy, connection: &RedisConnection) -> Result<Option<Tls>, 
         ));
     }
     let read = |path: &std::path::Path, field: &str| {
-        std::fs::read(path).map_err(|e| {
+        read_pem(path).map_err(|e| {
             ConfigError::field(
                 &policy.name,
                 field,
@@ -159,6 +183,33 @@ fn tls_of(policy: &Policy, connection: &RedisConnection) -> Result<Option<Tls>, 
         );
     }
     Ok(Some(tls))
+}
+
+/// The most a certificate or key file may hold: a bundle of a few hundred
+/// PEM certificates.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// A PEM file's bytes: a regular file of at most [`MAX_PEM_BYTES`] (not a
+/// device or a pipe, whose reads would never end).
+fn read_pem(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > MAX_PEM_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("larger than {MAX_PEM_BYTES} bytes"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// `builder` (any Redis limiter's) pointed at `connection`'s server, with

@@ -157,7 +157,12 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     /// any replica that is promoted holds every grant in use, and the
     /// bound holds across the failover. A grant that too few replicas
     /// acknowledged in time is not used (under-admission, never over); the
-    /// round fails with [`RedisError::NotReplicated`].
+    /// round fails with [`RedisError::NotReplicated`], counted in
+    /// [`stats`](LeasedLimiter::stats)' errors. `build` refuses a number
+    /// above the replicas a master has connected then
+    /// ([`RedisError::Config`]); one that falls below it later (a replica
+    /// down, a failover that left a master without one) grants nothing
+    /// until enough are back.
     pub fn wait_for_replicas(mut self, replicas: u32) -> Self {
         self.wait_replicas = replicas;
         self
@@ -187,6 +192,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         let keys = KeySpace::new(&self.prefix, &quota_segment(&budget))?;
         let lua = Lua::new(include_str!("../scripts/lease.lua"));
         let mut store = Store::connect(self.target, &self.tls, self.timeout, &[&lua]).await?;
+        store.check_replicas(self.wait_replicas).await?;
         store.wait_for_replicas(self.wait_replicas);
         let limiter = LeasedLimiter {
             handle: Arc::new(Handle {

@@ -124,6 +124,70 @@ impl Store {
         self.wait = (replicas > 0).then_some(replicas);
     }
 
+    /// Whether every master has at least `replicas` replicas connected
+    /// now (`INFO replication`): a master with fewer could never
+    /// acknowledge a grant.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::Config`] when one has fewer; the errors of the calls.
+    pub(crate) async fn check_replicas(&self, replicas: u32) -> Result<(), RedisError> {
+        if replicas == 0 {
+            return Ok(());
+        }
+        let info = redis::cmd("INFO").arg("replication").clone();
+        let mut replies: Vec<String> = Vec::new();
+        match &self.connection {
+            Connection::Single(single) => {
+                let mut single = single.clone();
+                replies.push(
+                    tokio::time::timeout(self.timeout, info.query_async(&mut single))
+                        .await
+                        .map_err(|_| RedisError::Timeout)?
+                        .map_err(convert)?,
+                );
+            }
+            Connection::Cluster(cluster) => {
+                let slots = self.slot_map(cluster).await?;
+                let mut masters: Vec<(&str, u16)> =
+                    slots.iter().map(|r| (r.host.as_str(), r.port)).collect();
+                masters.sort_unstable();
+                masters.dedup();
+                for (host, port) in masters {
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_owned(),
+                        port,
+                    });
+                    let mut connection = cluster.clone();
+                    let value = tokio::time::timeout(
+                        self.timeout,
+                        connection.route_command(info.clone(), route),
+                    )
+                    .await
+                    .map_err(|_| RedisError::Timeout)?
+                    .map_err(convert)?;
+                    replies.push(
+                        redis::from_redis_value(value)
+                            .map_err(|e| RedisError::BadReply(e.to_string()))?,
+                    );
+                }
+            }
+        }
+        for reply in replies {
+            let connected = reply
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0);
+            if connected < replicas {
+                return Err(RedisError::Config(
+                    "wait_for_replicas asks for more replicas than a master has connected",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The `WAIT` appended to each pipeline: replicas and milliseconds.
     fn wait(&self) -> Option<(u32, u64)> {
         let ms = u64::try_from(self.timeout.as_millis() / 2).unwrap_or(u64::MAX);
