@@ -12,7 +12,8 @@
 //! count. After such a call the server is looked for again in the
 //! background (at most one search at a time; [`SEARCH_SPACING`] apart,
 //! doubled after each search that finds nothing new, up to
-//! [`MAX_SPACING`]): through Sentinel the sentinels are asked again; a new address,
+//! [`MAX_SPACING`], and back to the start after a quiet second): through
+//! Sentinel the sentinels are asked again; a new address,
 //! or [`REPLACE_AFTER`] troubled calls in a row on the same one, replaces
 //! the connection for the calls that follow. The troubled call is not
 //! retried: it may have run.
@@ -43,8 +44,12 @@ use tokio::time::Instant;
 const SEARCH_SPACING: Duration = Duration::from_millis(50);
 
 /// The most: searches that keep finding the same server (callers that
-/// drop their calls early, a server that is down) slow to one a second.
-const MAX_SPACING: Duration = Duration::from_secs(1);
+/// drop their calls early, a server that is down) slow to four a second,
+/// and a failover in progress is still seen within this of its end.
+const MAX_SPACING: Duration = Duration::from_millis(250);
+
+/// Trouble after this long without any starts the spacing over.
+const QUIET: Duration = Duration::from_secs(1);
 
 /// Troubled calls in a row after which the same address gets a new
 /// connection: one failure may be the server's (a slow reply), two in a
@@ -82,6 +87,11 @@ struct Shared {
     searching: AtomicBool,
     /// When the last search started, and the spacing before the next.
     last_search: parking_lot::Mutex<(Option<Instant>, Duration)>,
+    /// When the last troubled call ended: trouble after [`QUIET`]
+    /// starts the spacing over at [`SEARCH_SPACING`] (a fresh failover is
+    /// followed at once; callers that keep dropping calls on a healthy
+    /// server stay at [`MAX_SPACING`]).
+    last_trouble: parking_lot::Mutex<Option<Instant>>,
     /// The sentinel that answered last: asked first next time.
     preferred: AtomicUsize,
 }
@@ -160,6 +170,7 @@ impl Single {
             troubled: AtomicU32::new(0),
             searching: AtomicBool::new(false),
             last_search: parking_lot::Mutex::new((None, SEARCH_SPACING)),
+            last_trouble: parking_lot::Mutex::new(None),
             preferred,
         })))
     }
@@ -235,6 +246,15 @@ impl Single {
             Err(e) if trouble(e) => {
                 // Relaxed: the count is a hint (see `search`).
                 self.0.troubled.fetch_add(1, Ordering::Relaxed);
+                let quiet = self
+                    .0
+                    .last_trouble
+                    .lock()
+                    .replace(Instant::now())
+                    .is_none_or(|at| at.elapsed() >= QUIET);
+                if quiet {
+                    self.0.last_search.lock().1 = SEARCH_SPACING;
+                }
                 self.search();
             }
             _ => self.0.troubled.store(0, Ordering::Relaxed),

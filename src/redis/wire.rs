@@ -218,6 +218,14 @@ impl Wire {
 
     async fn write_inner(&mut self, packed: &[u8]) -> Result<(), redis::RedisError> {
         if self.stream.is_none() {
+            if let Some(follow) = &self.follow
+                && follow.info().addr() != self.info.addr()
+            {
+                // Sentinel names another master: the backoff was for the
+                // old one.
+                self.retry_at = None;
+                self.dead_opens = 0;
+            }
             if self
                 .retry_at
                 .is_some_and(|at| tokio::time::Instant::now() < at)
