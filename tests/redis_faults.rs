@@ -4,7 +4,8 @@
 //! limiter under load from two application nodes. What must hold under
 //! every fault: nothing panics, no caller waits past its timeout, Redis
 //! decides again within seconds of the fault's end, and the leased
-//! limiter never admits over its limit where Redis keeps its data. The
+//! limiter never admits over its limit where Redis keeps its data (a
+//! hang excepted: see the check). The
 //! full table: `cargo run --release --features redis --example
 //! redis_faults`.
 
@@ -72,8 +73,12 @@ fn faults_under_load() {
             _ => {}
         }
         // Leases: a hard bound wherever Redis keeps what it granted
-        // (replicas acknowledge each grant before it is used).
-        if kind == Kind::Leased && row.over > 0 {
+        // (replicas acknowledge each grant before it is used). Not under a
+        // hang: the old master can come back before it is demoted, still
+        // acknowledged by a replica that then follows the new master, and
+        // the grants it made are lost (see docs/redis.md, "Leases across a
+        // failover").
+        if kind == Kind::Leased && fault != Fault::Hang && row.over > 0 {
             fail(format!("{} admitted over the limit", row.over));
         }
         if row.requests < 1_000 {

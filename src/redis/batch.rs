@@ -274,7 +274,7 @@ impl Active<'_> {
         let reply = match sent {
             Err(_) => {
                 // The reply may still come: not on this socket.
-                link.wire.reset();
+                link.wire.fail();
                 return Err(RedisError::Timeout);
             }
             Ok(Err(e)) if e.is_timeout() => return Err(RedisError::Timeout),
@@ -570,7 +570,7 @@ impl Call {
                 Event::Queued(_) => {}
                 Event::Late => {
                     // The replies may still come: not on this socket.
-                    link.wire.reset();
+                    link.wire.fail();
                     self.fail_all(&RedisError::Timeout);
                 }
                 // The socket is dropped (`Wire::read`): every reply owed
@@ -656,7 +656,7 @@ impl Call {
             Ok(Ok(())) => {}
             Ok(Err(e)) => self.fail_all(&RedisError::Redis(e)),
             Err(_) => {
-                link.wire.reset();
+                link.wire.fail();
                 self.fail_all(&RedisError::Timeout);
             }
         }

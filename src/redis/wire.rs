@@ -163,14 +163,22 @@ impl Wire {
         self.buf.get(start..start + len).unwrap_or_default()
     }
 
+    /// Drops a socket that failed (an I/O error, or no reply in time):
+    /// as [`reset`](Wire::reset), and a socket that never answered holds
+    /// off the next ([`dead_open`](Wire::dead_open)).
+    pub(crate) fn fail(&mut self) {
+        if self.stream.is_some() && !self.answered {
+            self.dead_open();
+        }
+        self.reset();
+    }
+
     /// Drops the socket: the next request opens a new one. For requests
-    /// abandoned mid-way (a timeout), whose replies may still come.
+    /// abandoned mid-way (a caller that gave up), whose replies may still
+    /// come.
     pub(crate) fn reset(&mut self) {
         if let Some(follow) = &self.follow {
             follow.search();
-        }
-        if self.stream.is_some() && !self.answered {
-            self.dead_open();
         }
         self.stream = None;
         self.owed = 0;
@@ -211,7 +219,7 @@ impl Wire {
     pub(crate) async fn write(&mut self, packed: &[u8]) -> Result<(), redis::RedisError> {
         let result = self.write_inner(packed).await;
         if result.is_err() {
-            self.reset();
+            self.fail();
         }
         result
     }
@@ -265,7 +273,7 @@ impl Wire {
     pub(crate) async fn read(&mut self) -> Result<Reply, redis::RedisError> {
         let result = self.read_inner().await;
         match &result {
-            Err(_) => self.reset(),
+            Err(_) => self.fail(),
             // A master turned replica (a failover, or a restart that came
             // back as one): its replies that follow would be the same, so
             // the socket is dropped and the next opens where the master is.
