@@ -148,16 +148,8 @@ impl Store {
                 );
             }
             Connection::Cluster(cluster) => {
-                let slots = self.slot_map(cluster).await?;
-                let mut masters: Vec<(&str, u16)> =
-                    slots.iter().map(|r| (r.host.as_str(), r.port)).collect();
-                masters.sort_unstable();
-                masters.dedup();
-                for (host, port) in masters {
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.to_owned(),
-                        port,
-                    });
+                for master in self.masters(cluster).await? {
+                    let route = RoutingInfo::SingleNode(master);
                     let mut connection = cluster.clone();
                     let value = tokio::time::timeout(
                         self.timeout,
@@ -217,17 +209,9 @@ impl Store {
             // Load the scripts on every master now, so that the first batch
             // is one round trip per node too (a node that forgets them later
             // answers NOSCRIPT and is reloaded then).
-            let slots = store.slot_map(cluster).await?;
-            let mut masters: Vec<(&str, u16)> =
-                slots.iter().map(|r| (r.host.as_str(), r.port)).collect();
-            masters.sort_unstable();
-            masters.dedup();
-            for (host, port) in masters {
+            for master in store.masters(cluster).await? {
                 for lua in scripts {
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.to_owned(),
-                        port,
-                    });
+                    let route = RoutingInfo::SingleNode(master.clone());
                     let load = redis::cmd("SCRIPT").arg("LOAD").arg(lua.code).clone();
                     let mut connection = cluster.clone();
                     tokio::time::timeout(timeout, connection.route_command(load, route))
@@ -409,6 +393,25 @@ impl Store {
             // The topology may have changed: ask again next time.
             self.slots.lock().stale = true;
         }
+    }
+
+    /// Each master of the Cluster once, as a route.
+    async fn masters(
+        &self,
+        cluster: &ClusterConnection,
+    ) -> Result<Vec<SingleNodeRoutingInfo>, RedisError> {
+        let slots = self.slot_map(cluster).await?;
+        let mut masters: Vec<(&str, u16)> =
+            slots.iter().map(|r| (r.host.as_str(), r.port)).collect();
+        masters.sort_unstable();
+        masters.dedup();
+        Ok(masters
+            .into_iter()
+            .map(|(host, port)| SingleNodeRoutingInfo::ByAddress {
+                host: host.to_owned(),
+                port,
+            })
+            .collect())
     }
 
     async fn slot_map(
