@@ -9,12 +9,14 @@
 //!
 //! ```text
 //! cargo run --release --features redis --example redis_faults
-//! cargo run --release --features redis --example redis_faults -- --faults kill,partition --limiters token_bucket,leased
+//! cargo run --release --features redis --example redis_faults -- --faults kill,partition --limiters token_bucket,leased,leased-1
 //! ```
 //!
 //! Faults: kill, hang, pause, partition, restart-empty, restart-aof,
 //! cluster-kill. Limiters: the five algorithm names (`RedisLimiter`),
-//! synced, leased. `--quick` runs the test suite's shorter timeline.
+//! synced, leased (waiting for every replica), leased-1 (for one).
+//! `--quick` runs the test suite's shorter timeline; `--after S` observes
+//! S seconds after the fault's end instead of 4.
 
 #[path = "../tests/support/faults.rs"]
 mod faults;
@@ -54,11 +56,21 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let faults = list(&args, "--faults", Fault::parse, &Fault::ALL);
     let kinds = list(&args, "--limiters", Kind::parse, &Kind::ALL);
-    let plan = if args.iter().any(|a| a == "--quick") {
+    let mut plan = if args.iter().any(|a| a == "--quick") {
         Plan::quick()
     } else {
         Plan::full()
     };
+    if let Some(i) = args.iter().position(|a| a == "--after") {
+        let secs = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                eprintln!("--after needs a number of seconds");
+                std::process::exit(2)
+            });
+        plan.after = std::time::Duration::from_secs(secs);
+    }
     println!(
         "{} application nodes, {} tasks, {} keys at {}/s each, {} requests/s offered; \
          {:?} steady, {:?} fault, {:?} after; Redis timeout {:?}\n",

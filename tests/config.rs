@@ -378,6 +378,24 @@ fn bad_files_name_the_policy_and_the_field() {
             Some("backend.interval_ms"),
             "at least 1 ms",
         ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"leased\", url = \"redis://x\", wait_for_replicas = -1 }",
+            Some("d"),
+            Some("backend.wait_for_replicas"),
+            "at least 0",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"leased\", url = \"redis://x\", wait_for_replicas = 4294967296 }",
+            Some("d"),
+            Some("backend.wait_for_replicas"),
+            "not a replica count",
+        ),
+        (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"redis\", url = \"redis://x\", wait_for_replicas = 1 }",
+            Some("d"),
+            Some("backend.wait_for_replicas"),
+            "",
+        ),
         ("[policies]\ne = 3", Some("e"), Some(""), "table"),
         (
             "[limits.a]\nquota = \"10/s\"",

@@ -294,6 +294,7 @@ fn lease_across_a_lossy_failover(wait: bool) -> usize {
 }
 
 /// A policy file names the sentinels and the master.
+#[cfg(feature = "serde")]
 #[test]
 fn policy_file_through_sentinel() {
     use rategate::policy::TierId;
@@ -308,10 +309,18 @@ fn policy_file_through_sentinel() {
         r#"
         [policies.central]
         quota = "2/h"
-        backend = {{ kind = "redis", sentinels = [{}], master = "{}" }}
+        backend = {{ kind = "redis", sentinels = [{s}], master = "{m}" }}
+
+        [policies.leased]
+        quota = "2/h"
+        backend = {{ kind = "leased", sentinels = [{s}], master = "{m}", wait_for_replicas = 2 }}
+
+        [policies.too_many]
+        quota = "2/h"
+        backend = {{ kind = "leased", sentinels = [{s}], master = "{m}", wait_for_replicas = 3 }}
         "#,
-        sentinels.join(", "),
-        setup.master_name()
+        s = sentinels.join(", "),
+        m = setup.master_name()
     ))
     .unwrap();
     runtime().block_on(async {
@@ -342,6 +351,32 @@ fn policy_file_through_sentinel() {
             limiter.check_n("k", 1).await.unwrap().admit(),
         ];
         assert_eq!(admitted, [true, true, false]);
+        // Leases that wait for both replicas: granted and used.
+        let leased = PolicyLimiter::build(
+            file.policy("leased").unwrap(),
+            Box::new(|_: &str| TierId::DEFAULT),
+        )
+        .await
+        .unwrap();
+        // The first check asks for a slice; one arrives within a few
+        // intervals (a round waits for both replicas).
+        let mut admitted = false;
+        for _ in 0..40 {
+            if leased.check_n("k", 1).await.unwrap().admit() {
+                admitted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(admitted, "no slice was granted");
+        // Three replicas of a master that has two: refused, by name.
+        let e = PolicyLimiter::build(
+            file.policy("too_many").unwrap(),
+            Box::new(|_: &str| TierId::DEFAULT),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.field_name(), Some("backend.wait_for_replicas"), "{e}");
     });
 }
 

@@ -283,6 +283,7 @@ fn certificates_that_do_not_verify_are_errors() {
 /// A policy file names the CA and the client certificate by path: every
 /// Redis backend builds and decides over TLS; a file that cannot be read
 /// is an error naming its field.
+#[cfg(feature = "serde")]
 #[test]
 fn policy_files_over_tls() {
     use rategate::policy::TierId;

@@ -13,11 +13,11 @@ use crate::redis_topology::{Blackhole, ClusterWithReplicas, Node, SentinelSetup}
 use rategate::policy::StoreDown;
 use rategate::redis::{LeasedLimiter, RedisLimiter, Sentinel, Source, SyncedLimiter};
 use rategate::{
-    AlgorithmKind, AnyAlgorithm, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock, Quota,
-    SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    AlgorithmKind, AnyAlgorithm, Clock, FixedWindow, KeyedRateLimiter, LeakyBucket, ManualClock,
+    Quota, SlidingWindowCounter, SlidingWindowLog, TokenBucket, UnixClock,
 };
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// What happens to Redis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,13 +88,15 @@ pub enum Kind {
     Redis(AlgorithmKind),
     /// `SyncedLimiter<TokenBucket>`, interval 100 ms, `local_share(1/nodes)`.
     Synced,
-    /// `LeasedLimiter`, interval 100 ms, `wait_for_replicas(1)` where Redis
-    /// has replicas.
+    /// `LeasedLimiter`, interval 100 ms, `wait_for_replicas(n)` with `n`
+    /// every replica a master has (2 under Sentinel, 1 in the Cluster).
     Leased,
+    /// The same with `wait_for_replicas(1)` where Redis has replicas.
+    LeasedOneReplica,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Redis(AlgorithmKind::TokenBucket),
         Kind::Redis(AlgorithmKind::LeakyBucket),
         Kind::Redis(AlgorithmKind::FixedWindow),
@@ -102,13 +104,15 @@ impl Kind {
         Kind::Redis(AlgorithmKind::SlidingWindowCounter),
         Kind::Synced,
         Kind::Leased,
+        Kind::LeasedOneReplica,
     ];
 
     pub fn name(self) -> String {
         match self {
             Kind::Redis(a) => format!("RedisLimiter {a}"),
             Kind::Synced => "SyncedLimiter token_bucket".into(),
-            Kind::Leased => "LeasedLimiter".into(),
+            Kind::Leased => "LeasedLimiter, WAIT all replicas".into(),
+            Kind::LeasedOneReplica => "LeasedLimiter, WAIT 1 replica".into(),
         }
     }
 
@@ -116,6 +120,7 @@ impl Kind {
         Some(match name {
             "synced" => Kind::Synced,
             "leased" => Kind::Leased,
+            "leased-1" => Kind::LeasedOneReplica,
             other => Kind::Redis(other.parse().ok()?),
         })
     }
@@ -126,7 +131,7 @@ impl Kind {
             Kind::Redis(a) => a,
             Kind::Synced => AlgorithmKind::TokenBucket,
             // Leases are fixed-window budgets.
-            Kind::Leased => AlgorithmKind::FixedWindow,
+            Kind::Leased | Kind::LeasedOneReplica => AlgorithmKind::FixedWindow,
         }
     }
 }
@@ -254,8 +259,13 @@ impl Topology {
         }
     }
 
-    fn replicated(&self) -> bool {
-        !matches!(self, Topology::Single(..))
+    /// The replicas each master has.
+    fn replicas(&self) -> u32 {
+        match self {
+            Topology::Sentinel(_) => 2,
+            Topology::Single(..) => 0,
+            Topology::Cluster(_) => 1,
+        }
     }
 }
 
@@ -340,7 +350,8 @@ impl Limiters {
             Kind::Synced => {
                 let mut nodes = Vec::new();
                 for _ in 0..plan.nodes {
-                    let builder = SyncedLimiter::<TokenBucket>::builder(quota);
+                    let builder =
+                        SyncedLimiter::<TokenBucket>::builder(quota).clock(shared_clock());
                     nodes.push(
                         connect!(builder, topology)
                             .prefix("faults")
@@ -354,16 +365,20 @@ impl Limiters {
                 }
                 Limiters::Synced(nodes)
             }
-            Kind::Leased => {
+            Kind::Leased | Kind::LeasedOneReplica => {
+                let replicas = match kind {
+                    Kind::Leased => topology.replicas(),
+                    _ => topology.replicas().min(1),
+                };
                 let mut nodes = Vec::new();
                 for _ in 0..plan.nodes {
-                    let builder = LeasedLimiter::builder(quota);
+                    let builder = LeasedLimiter::builder(quota).clock(shared_clock());
                     nodes.push(
                         connect!(builder, topology)
                             .prefix("faults")
                             .interval(Duration::from_millis(100))
                             .timeout(plan.timeout)
-                            .wait_for_replicas(u32::from(topology.replicated()))
+                            .wait_for_replicas(replicas)
                             .build()
                             .await
                             .expect("a leased limiter"),
@@ -433,10 +448,18 @@ impl Limiters {
     }
 }
 
+/// The one clock of every application node and of the records: the
+/// limiters' windows and the seconds the records are counted in fall at
+/// the same instants. (Nodes with clocks apart by `d` can each admit in a
+/// window the other has closed: up to `d` times the rate over a window's
+/// edge. That is the deployment's clock skew, not a fault's effect.)
+fn shared_clock() -> UnixClock {
+    static CLOCK: std::sync::OnceLock<UnixClock> = std::sync::OnceLock::new();
+    CLOCK.get_or_init(UnixClock::new).clone()
+}
+
 fn unix_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    shared_clock().now()
 }
 
 /// Injects `fault` (a blocking thread: the topology's controls block).
@@ -610,7 +633,7 @@ fn summarize(
             .filter(|r| r.store_down || r.error)
             .map(|r| r.at + r.latency)
             .max(),
-        Kind::Synced | Kind::Leased => samples
+        Kind::Synced | Kind::Leased | Kind::LeasedOneReplica => samples
             .windows(2)
             .filter(|w| w[1].1 > w[0].1)
             .map(|w| w[1].0)

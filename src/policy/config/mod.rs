@@ -34,7 +34,7 @@
 //! (`url`, `prefix`, `timeout_ms`, `store_down` = `"open"` / `"closed"` /
 //! `"local_share"` with `share`), `"synced"` (`url`, `prefix`, `interval_ms`,
 //! `timeout_ms`, `share`: the local share) and `"leased"` (`url`,
-//! `prefix`, `interval_ms`, `timeout_ms`). [`build`] turns a [`Policy`]
+//! `prefix`, `interval_ms`, `timeout_ms`, `wait_for_replicas`). [`build`] turns a [`Policy`]
 //! into working limiters.
 //!
 //! # Memory: a cap on keys and a sweep of idle ones
@@ -187,6 +187,10 @@ pub enum Store {
         interval: Option<Duration>,
         /// Each call's timeout (`timeout_ms`), if set.
         timeout: Option<Duration>,
+        /// Replicas that must hold a grant before it is used
+        /// (`wait_for_replicas`, 0 by default), as
+        /// `LeasedLimiterBuilder::wait_for_replicas` (feature `redis`).
+        wait_for_replicas: u32,
     },
 }
 

@@ -233,7 +233,13 @@ fn backend(
         "memory" => &["kind", "max_keys", "sweep_interval_ms"],
         "redis" => &["kind", "prefix", "timeout_ms", "store_down", "share"],
         "synced" => &["kind", "prefix", "interval_ms", "timeout_ms", "share"],
-        "leased" => &["kind", "prefix", "interval_ms", "timeout_ms"],
+        "leased" => &[
+            "kind",
+            "prefix",
+            "interval_ms",
+            "timeout_ms",
+            "wait_for_replicas",
+        ],
         _ => {
             let field = if value.is_some_and(Value::is_table) {
                 "backend.kind"
@@ -332,6 +338,7 @@ fn backend(
             prefix: prefix()?,
             interval: fields.millis("interval_ms")?,
             timeout: fields.millis("timeout_ms")?,
+            wait_for_replicas: fields.replicas()?,
         },
     })
 }
@@ -508,6 +515,16 @@ impl Fields<'_> {
             tls_ca: path("tls_ca")?,
             tls_client,
         })
+    }
+
+    /// `wait_for_replicas`: 0 (the default) to the number of replicas.
+    fn replicas(&self) -> Result<u32, ConfigError> {
+        match self.integer("wait_for_replicas")? {
+            None => Ok(0),
+            Some(n) => u32::try_from(n).map_err(|_| {
+                self.error("wait_for_replicas", format!("{n} is not a replica count"))
+            }),
+        }
     }
 
     fn share(&self) -> Result<Option<f64>, ConfigError> {

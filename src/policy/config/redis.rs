@@ -4,6 +4,7 @@
 use super::build::{DynResolver, TierLimiters};
 use super::{ConfigError, Policy, Store};
 use super::{RedisConnection, RedisServer};
+use crate::redis::synced::store::TOO_FEW_REPLICAS;
 use crate::redis::{
     LeasedLimiter, RedisDecision, RedisError, RedisLimiter, Sentinel, SyncedLimiter, Tls,
 };
@@ -133,6 +134,9 @@ where
     for (name, quota) in &policy.tiers {
         let limiter = make(*quota).await.map_err(|e| match e {
             RedisError::Quota(q) => policy.field_error(name, q.to_string()),
+            RedisError::Config(what) if what == TOO_FEW_REPLICAS => {
+                ConfigError::field(&policy.name, "backend.wait_for_replicas", what)
+            }
             RedisError::Config(what) => ConfigError::field(&policy.name, "backend", what),
             other => ConfigError::field(
                 &policy.name,
@@ -401,12 +405,15 @@ pub(super) async fn build(
             prefix,
             interval,
             timeout,
+            wait_for_replicas,
         } => {
             let tls = tls_of(policy, connection)?;
             let tls = tls.as_ref();
             let make = |quota| async move {
                 let builder = LeasedLimiter::builder(quota);
-                let mut builder = connect!(builder, connection, tls).prefix(prefix);
+                let mut builder = connect!(builder, connection, tls)
+                    .prefix(prefix)
+                    .wait_for_replicas(*wait_for_replicas);
                 if let Some(i) = *interval {
                     builder = builder.interval(i);
                 }

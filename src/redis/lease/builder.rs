@@ -153,9 +153,16 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     /// master answers). Replication is asynchronous: a master that fails
     /// over loses the grants it made since its replicas last caught up,
     /// the new master grants those units again, and the global bound is
-    /// exceeded by them. With `replicas` equal to the number of replicas,
-    /// any replica that is promoted holds every grant in use, and the
-    /// bound holds across the failover. A grant that too few replicas
+    /// exceeded by them. With `replicas` equal to the number of replicas
+    /// a master has, any replica that is promoted holds every grant in
+    /// use, and the bound holds across the failover, a split brain
+    /// included: a master that hangs and comes back after a replica was
+    /// promoted has lost that replica, so nothing it grants then is
+    /// acknowledged. A smaller `replicas` keeps the bound when the master
+    /// is gone for good (Sentinel and Cluster promote the replica with the
+    /// most data), but not across a split brain: a replica can acknowledge
+    /// the old master's grants and then follow the new one, dropping them.
+    /// A grant that too few replicas
     /// acknowledged in time is not used (under-admission, never over); the
     /// round fails with [`RedisError::NotReplicated`], counted in
     /// [`stats`](LeasedLimiter::stats)' errors. `build` refuses a number

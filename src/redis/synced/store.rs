@@ -115,6 +115,10 @@ pub(crate) struct Store {
     wait: Option<u32>,
 }
 
+/// The refusal of a `wait_for_replicas` above the replicas a master has.
+pub(crate) const TOO_FEW_REPLICAS: &str =
+    "wait_for_replicas asks for more replicas than a master has connected";
+
 impl Store {
     /// From now on, a pipeline's replies count only once `replicas`
     /// replicas of the node hold its writes (`WAIT`, bounded by half the
@@ -172,9 +176,7 @@ impl Store {
                 .and_then(|n| n.parse::<u32>().ok())
                 .unwrap_or(0);
             if connected < replicas {
-                return Err(RedisError::Config(
-                    "wait_for_replicas asks for more replicas than a master has connected",
-                ));
+                return Err(RedisError::Config(TOO_FEW_REPLICAS));
             }
         }
         Ok(())
