@@ -156,7 +156,7 @@ impl AsyncBackend for AsyncPolicy {
     fn check_n(&self, key: String, cost: u32) -> BackendFuture {
         let limiter = Arc::clone(&self.0);
         Box::pin(async move {
-            let d = limiter.check_n_waiting(&key, cost).await?;
+            let d = limiter.check_n(&key, cost).await?;
             Ok(d.decision())
         })
     }

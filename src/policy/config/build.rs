@@ -370,16 +370,29 @@ impl PolicyLimiter {
     }
 
     /// Decides a request of `cost` for `key` in its tier, on any backend.
+    /// The leased backend waits for a slice when the one it holds cannot
+    /// cover `cost` ([`acquire_n`](crate::redis::LeasedLimiter::acquire_n):
+    /// one round trip within its timeout; the first request of a key on
+    /// a node goes this way) rather than deny;
+    /// [`try_check_n`](Self::try_check_n) does not wait.
     ///
     /// # Errors
     ///
     /// [`CheckError::CostExceedsCapacity`] when `cost` could never pass.
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<PolicyDecision, CheckError> {
         #[cfg(feature = "redis")]
-        if let TierLimiters::Redis(t) = &self.backends {
-            let tier = t.tier_of(key);
-            let d = t.tier(tier).limiter().check_n(key, cost).await?;
-            return Ok(self.decided(key, d, tier));
+        match &self.backends {
+            TierLimiters::Redis(t) => {
+                let tier = t.tier_of(key);
+                let d = t.tier(tier).limiter().check_n(key, cost).await?;
+                return Ok(self.decided(key, d, tier));
+            }
+            TierLimiters::Leased(t) => {
+                let tier = t.tier_of(key);
+                let d = t.tier(tier).limiter().acquire_n(key, cost).await?;
+                return Ok(self.decided(key, d, tier));
+            }
+            _ => {}
         }
         match self.try_check_n(key, cost) {
             Some(result) => result,
@@ -427,25 +440,6 @@ impl PolicyLimiter {
     #[cfg(feature = "http")]
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self.backends, TierLimiters::Memory(_))
-    }
-
-    /// As [`check_n`](Self::check_n), except that the leased backend waits
-    /// for a slice when its local one cannot cover `cost`
-    /// ([`acquire_n`](crate::redis::LeasedLimiter::acquire_n)) rather than
-    /// deny.
-    #[cfg(feature = "http")]
-    pub(crate) async fn check_n_waiting(
-        &self,
-        key: &str,
-        cost: u32,
-    ) -> Result<PolicyDecision, CheckError> {
-        #[cfg(feature = "redis")]
-        if let TierLimiters::Leased(t) = &self.backends {
-            let tier = t.tier_of(key);
-            let d = t.tier(tier).limiter().acquire_n(key, cost).await?;
-            return Ok(self.decided(key, d, tier));
-        }
-        self.check_n(key, cost).await
     }
 
     /// Applies shadow mode and records the decision.
