@@ -1802,7 +1802,7 @@ fn nesting_caps() {
     }
     flow.push_str(&"}]".repeat(10_000));
     let err = error_of(&flow);
-    assert!(err.starts_with("test.yaml: "), "{err}");
+    assert!(err.contains("nesting deeper than 256 levels"), "{err}");
     let block = format!("domain: d\ndescriptors:\n{}k\n", "- ".repeat(10_000));
     let err = error_of(&block);
     assert!(err.contains("nesting deeper than 256 levels"), "{err}");
@@ -1811,7 +1811,8 @@ fn nesting_caps() {
         "[".repeat(10_000),
         "]".repeat(10_000)
     );
-    assert!(error_of(&brackets).starts_with("test.yaml: "));
+    let err = error_of(&brackets);
+    assert!(err.contains("nesting deeper than 256 levels"), "{err}");
 }
 
 /// xorshift64*: a fixed sequence, so a failure reproduces.
@@ -1924,4 +1925,60 @@ fn wildcard_match_edges() {
     assert!(!wildcard_match(&parts("é*ü"), "éü".get(..2).unwrap_or("")));
     assert!(wildcard_match(&parts("plain"), "plain"));
     assert!(!wildcard_match(&parts("plain"), "plainer"));
+}
+
+#[test]
+fn first_error_in_document_order() {
+    let yaml = "domain: d
+descriptors:
+  - key: k
+    shadow_mode: \"yes\"
+    descriptors:
+      - key: c
+        rate_limit: {unit: second, requests_per_unit: \"x\"}
+";
+    let err = error(&[("t.yaml", yaml)], false);
+    assert_eq!(err.place(), Some("descriptors[0].shadow_mode"));
+    let swapped = "domain: d
+descriptors:
+  - key: k
+    descriptors:
+      - key: c
+        rate_limit: {unit: second, requests_per_unit: \"x\"}
+    shadow_mode: \"yes\"
+";
+    let err = error(&[("t.yaml", swapped)], false);
+    assert_eq!(
+        err.place(),
+        Some("descriptors[0].descriptors[0].rate_limit.requests_per_unit")
+    );
+    // envoyproxy's phases: every key check before any type check, every
+    // file decoded before any is built.
+    let phases = "domain: d
+descriptors:
+  - key: k
+    shadow_mode: \"yes\"
+  - key: j
+    ratelimit: {}
+";
+    assert_eq!(
+        error_of(phases),
+        "test.yaml: config error, unknown key 'ratelimit'"
+    );
+    let err = error(&[("a.yaml", EMPTY_DOMAIN), ("b.yaml", BAD_YAML)], false);
+    assert!(
+        err.to_string()
+            .starts_with("b.yaml: error loading config file")
+    );
+    // Semantic errors in document order.
+    let two = "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: fortnight}
+  - value: v
+";
+    assert_eq!(
+        error_of(two),
+        "test.yaml: invalid rate limit unit 'fortnight'"
+    );
 }

@@ -283,7 +283,15 @@ pub(super) fn parse(text: &str) -> Result<Option<YamlNode>, Fail> {
     // Iterative on purpose: yaml-rust2's own loader recurses once per
     // level of nesting.
     loop {
-        let (event, _) = parser.next_token().map_err(|e| Fail::load("", e))?;
+        let (event, _) = parser.next_token().map_err(|e| {
+            // The scanner's own cap on flow nesting (`[[[...`), below ours.
+            if e.info() == "recursion limit exceeded" {
+                let line = e.marker().line();
+                Fail::new("", format!("{} (line {line})", too_deep_message()))
+            } else {
+                Fail::load("", e)
+            }
+        })?;
         let built = match event {
             Event::StreamEnd => break,
             Event::Nothing | Event::StreamStart | Event::DocumentEnd => continue,
@@ -382,12 +390,13 @@ pub(super) fn parse(text: &str) -> Result<Option<YamlNode>, Fail> {
 }
 
 fn too_deep(stack: &[Frame]) -> Fail {
-    Fail::new(
-        &stack_place(stack),
-        format!(
-            "config error, nesting deeper than {MAX_YAML_DEPTH} levels \
-             (at most {MAX_DESCRIPTOR_DEPTH} levels of descriptors)"
-        ),
+    Fail::new(&stack_place(stack), too_deep_message())
+}
+
+fn too_deep_message() -> String {
+    format!(
+        "config error, nesting deeper than {MAX_YAML_DEPTH} levels \
+         (at most {MAX_DESCRIPTOR_DEPTH} levels of descriptors)"
     )
 }
 
@@ -483,16 +492,16 @@ pub(super) struct RawRateLimit {
     pub(super) algorithm: Option<String>,
     pub(super) burst: Option<u32>,
 }
-
 /// Decodes a validated document: the typed pass of yaml.v2's non-strict
-/// `Unmarshal` (unknown-but-whitelisted keys ignored, null as the zero
-/// value, a scalar's text for a string), plus the placement of rategate's
-/// keys, which is strict.
+/// `Unmarshal` (whitelisted keys of another level ignored, null as the
+/// zero value, a scalar's text for a string), plus the placement of
+/// rategate's keys, which is strict. Fields are read in document order,
+/// so the first error is the first in the file.
 pub(super) fn decode(root: Option<&YamlNode>) -> Result<RawRoot, Fail> {
     let entries: &[(YamlNode, YamlNode)] = match root {
         None => &[],
         Some(YamlNode::Map(entries)) => entries,
-        Some(YamlNode::Scalar(s)) if s.kind == Kind::Null => &[],
+        Some(node) if is_null(node) => &[],
         Some(other) => {
             return Err(Fail::load(
                 "",
@@ -500,23 +509,32 @@ pub(super) fn decode(root: Option<&YamlNode>) -> Result<RawRoot, Fail> {
             ));
         }
     };
-    misplaced(entries, "", &["algorithm", "burst"], "inside rate_limit")?;
-    let backend = match get(entries, "backend") {
-        None => None,
-        Some(node) => backend(node)?,
+    let mut root = RawRoot {
+        domain: String::new(),
+        descriptors: Vec::new(),
+        backend: None,
     };
-    Ok(RawRoot {
-        domain: string(entries, "", "domain")?,
-        descriptors: descriptors(entries, "", 1)?,
-        backend,
-    })
+    for (name, value) in fields(entries) {
+        match name {
+            "domain" => root.domain = string(value, "", name)?,
+            "descriptors" => root.descriptors = descriptors(value, "", 1)?,
+            "backend" => root.backend = backend(value)?,
+            "algorithm" | "burst" => return Err(misplaced("", name, "inside rate_limit")),
+            _ => {}
+        }
+    }
+    Ok(root)
 }
 
-fn get<'a>(entries: &'a [(YamlNode, YamlNode)], name: &str) -> Option<&'a YamlNode> {
+/// A validated map's entries by name (every key is a string).
+fn fields(entries: &[(YamlNode, YamlNode)]) -> impl Iterator<Item = (&str, &YamlNode)> {
     entries
         .iter()
-        .find(|(k, _)| k.as_str_key() == Some(name))
-        .map(|(_, v)| v)
+        .filter_map(|(k, v)| Some((k.as_str_key()?, v)))
+}
+
+fn is_null(node: &YamlNode) -> bool {
+    matches!(node, YamlNode::Scalar(s) if s.kind == Kind::Null)
 }
 
 /// A value as yaml.v2's type errors show it: the tag, and a scalar's text.
@@ -535,137 +553,156 @@ fn type_error(place: &str, name: &str, node: &YamlNode, into: &str) -> Fail {
     )
 }
 
-fn misplaced(
-    entries: &[(YamlNode, YamlNode)],
-    place: &str,
-    names: &[&str],
-    belongs: &str,
-) -> Result<(), Fail> {
-    for (key, _) in entries {
-        if let Some(name) = key.as_str_key().filter(|k| names.contains(k)) {
-            return Err(Fail::new(
-                &join(place, name),
-                format!("'{name}' is only allowed {belongs}"),
-            ));
-        }
-    }
-    Ok(())
+fn misplaced(place: &str, name: &str, belongs: &str) -> Fail {
+    Fail::new(
+        &join(place, name),
+        format!("'{name}' is only allowed {belongs}"),
+    )
 }
 
-fn string(entries: &[(YamlNode, YamlNode)], place: &str, name: &str) -> Result<String, Fail> {
-    match get(entries, name) {
-        None => Ok(String::new()),
-        Some(YamlNode::Scalar(s)) if s.kind == Kind::Null => Ok(String::new()),
-        Some(YamlNode::Scalar(s)) => Ok(s.text.clone()),
-        Some(node) => Err(type_error(place, name, node, "string")),
+fn string(node: &YamlNode, place: &str, name: &str) -> Result<String, Fail> {
+    match node {
+        YamlNode::Scalar(s) if s.kind == Kind::Null => Ok(String::new()),
+        YamlNode::Scalar(s) => Ok(s.text.clone()),
+        _ => Err(type_error(place, name, node, "string")),
     }
 }
 
-fn boolean(entries: &[(YamlNode, YamlNode)], place: &str, name: &str) -> Result<bool, Fail> {
-    match get(entries, name) {
-        None => Ok(false),
-        Some(node @ YamlNode::Scalar(s)) => match s.kind {
-            Kind::Null => Ok(false),
-            Kind::Bool(b) => Ok(b),
-            _ => Err(type_error(place, name, node, "bool")),
-        },
-        Some(node) => Err(type_error(place, name, node, "bool")),
+fn boolean(node: &YamlNode, place: &str, name: &str) -> Result<bool, Fail> {
+    match node {
+        YamlNode::Scalar(s) if s.kind == Kind::Null => Ok(false),
+        YamlNode::Scalar(Scalar {
+            kind: Kind::Bool(b),
+            ..
+        }) => Ok(*b),
+        _ => Err(type_error(place, name, node, "bool")),
     }
 }
 
-fn uint32(entries: &[(YamlNode, YamlNode)], place: &str, name: &str) -> Result<Option<u32>, Fail> {
-    match get(entries, name) {
-        None => Ok(None),
-        Some(YamlNode::Scalar(s)) if s.kind == Kind::Null => Ok(None),
-        Some(node @ YamlNode::Scalar(s)) => match s.kind {
-            Kind::Int(i) => u32::try_from(i)
-                .map(Some)
-                .map_err(|_| type_error(place, name, node, "uint32")),
-            _ => Err(type_error(place, name, node, "uint32")),
-        },
-        Some(node) => Err(type_error(place, name, node, "uint32")),
+fn uint32(node: &YamlNode, place: &str, name: &str) -> Result<Option<u32>, Fail> {
+    match node {
+        YamlNode::Scalar(s) if s.kind == Kind::Null => Ok(None),
+        YamlNode::Scalar(Scalar {
+            kind: Kind::Int(i), ..
+        }) => u32::try_from(*i)
+            .map(Some)
+            .map_err(|_| type_error(place, name, node, "uint32")),
+        _ => Err(type_error(place, name, node, "uint32")),
     }
 }
 
-/// A list of maps (validated), null or absent.
+/// A list of maps (validated) or null.
 fn maps<'a>(
-    entries: &'a [(YamlNode, YamlNode)],
+    node: &'a YamlNode,
     place: &str,
     name: &str,
 ) -> Result<Vec<&'a [(YamlNode, YamlNode)]>, Fail> {
-    match get(entries, name) {
-        None => Ok(Vec::new()),
-        Some(YamlNode::Scalar(s)) if s.kind == Kind::Null => Ok(Vec::new()),
-        Some(YamlNode::List(items)) => Ok(items
+    match node {
+        YamlNode::List(items) => Ok(items
             .iter()
             .filter_map(|item| match item {
                 YamlNode::Map(entries) => Some(entries.as_slice()),
                 _ => None,
             })
             .collect()),
-        Some(node) => Err(type_error(place, name, node, "a list")),
+        _ if is_null(node) => Ok(Vec::new()),
+        _ => Err(type_error(place, name, node, "a list")),
     }
 }
 
-fn descriptors(
-    entries: &[(YamlNode, YamlNode)],
-    place: &str,
-    depth: usize,
-) -> Result<Vec<RawDescriptor>, Fail> {
-    let list = maps(entries, place, "descriptors")?;
+fn descriptors(node: &YamlNode, place: &str, depth: usize) -> Result<Vec<RawDescriptor>, Fail> {
+    let list = maps(node, place, "descriptors")?;
+    let at = join(place, "descriptors");
     if !list.is_empty() && depth > MAX_DESCRIPTOR_DEPTH {
         return Err(Fail::new(
-            &join(place, "descriptors"),
+            &at,
             format!("descriptors nested deeper than {MAX_DESCRIPTOR_DEPTH} levels"),
         ));
     }
     let mut out = Vec::with_capacity(list.len());
     for (i, entries) in list.into_iter().enumerate() {
-        let here = format!("{}[{i}]", join(place, "descriptors"));
-        misplaced(entries, &here, &["algorithm", "burst"], "inside rate_limit")?;
-        misplaced(entries, &here, &["backend"], "at the top level")?;
-        let rate_limit = match get(entries, "rate_limit") {
-            None => None,
-            Some(YamlNode::Scalar(s)) if s.kind == Kind::Null => None,
-            Some(YamlNode::Map(fields)) => Some(rate_limit(fields, &join(&here, "rate_limit"))?),
-            Some(node) => return Err(type_error(&here, "rate_limit", node, "a mapping")),
+        let here = format!("{at}[{i}]");
+        let mut d = RawDescriptor {
+            place: here.clone(),
+            key: String::new(),
+            value: String::new(),
+            rate_limit: None,
+            descriptors: Vec::new(),
+            shadow_mode: false,
+            quota_mode: false,
+            detailed_metric: false,
+            share_threshold: false,
         };
-        out.push(RawDescriptor {
-            key: string(entries, &here, "key")?,
-            value: string(entries, &here, "value")?,
-            rate_limit,
-            descriptors: descriptors(entries, &here, depth + 1)?,
-            shadow_mode: boolean(entries, &here, "shadow_mode")?,
-            quota_mode: boolean(entries, &here, "quota_mode")?,
-            detailed_metric: boolean(entries, &here, "detailed_metric")?,
-            share_threshold: boolean(entries, &here, "share_threshold")?,
-            place: here,
-        });
+        for (name, value) in fields(entries) {
+            match name {
+                "key" => d.key = string(value, &here, name)?,
+                "value" => d.value = string(value, &here, name)?,
+                "rate_limit" => d.rate_limit = rate_limit(value, &here)?,
+                "descriptors" => d.descriptors = descriptors(value, &here, depth + 1)?,
+                "shadow_mode" => d.shadow_mode = boolean(value, &here, name)?,
+                "quota_mode" => d.quota_mode = boolean(value, &here, name)?,
+                "detailed_metric" => d.detailed_metric = boolean(value, &here, name)?,
+                "share_threshold" => d.share_threshold = boolean(value, &here, name)?,
+                // `value_to_metric` names metrics only; `metadata` is
+                // free-form.
+                "value_to_metric" => {
+                    boolean(value, &here, name)?;
+                }
+                "algorithm" | "burst" => return Err(misplaced(&here, name, "inside rate_limit")),
+                "backend" => return Err(misplaced(&here, name, "at the top level")),
+                _ => {}
+            }
+        }
+        out.push(d);
     }
     Ok(out)
 }
 
-fn rate_limit(entries: &[(YamlNode, YamlNode)], place: &str) -> Result<RawRateLimit, Fail> {
-    misplaced(entries, place, &["backend"], "at the top level")?;
-    let mut replaces = Vec::new();
-    for (i, entry) in maps(entries, place, "replaces")?.into_iter().enumerate() {
-        replaces.push(string(entry, &format!("{place}.replaces[{i}]"), "name")?);
-    }
-    let algorithm = match get(entries, "algorithm") {
-        None => None,
-        Some(YamlNode::Scalar(s)) if s.kind == Kind::Null => None,
-        Some(_) => Some(string(entries, place, "algorithm")?),
+/// A `rate_limit:`; null is no rate limit, `{}` one with every field zero.
+fn rate_limit(node: &YamlNode, parent: &str) -> Result<Option<RawRateLimit>, Fail> {
+    let entries = match node {
+        YamlNode::Map(entries) => entries,
+        _ if is_null(node) => return Ok(None),
+        _ => return Err(type_error(parent, "rate_limit", node, "a mapping")),
     };
-    Ok(RawRateLimit {
-        place: place.to_owned(),
-        requests_per_unit: uint32(entries, place, "requests_per_unit")?.unwrap_or(0),
-        unit: string(entries, place, "unit")?,
-        unlimited: boolean(entries, place, "unlimited")?,
-        name: string(entries, place, "name")?,
-        replaces,
-        algorithm,
-        burst: uint32(entries, place, "burst")?,
-    })
+    let place = join(parent, "rate_limit");
+    let mut raw = RawRateLimit {
+        place: place.clone(),
+        requests_per_unit: 0,
+        unit: String::new(),
+        unlimited: false,
+        name: String::new(),
+        replaces: Vec::new(),
+        algorithm: None,
+        burst: None,
+    };
+    for (name, value) in fields(entries) {
+        match name {
+            "requests_per_unit" => {
+                raw.requests_per_unit = uint32(value, &place, name)?.unwrap_or(0);
+            }
+            "unit" => raw.unit = string(value, &place, name)?,
+            "unlimited" => raw.unlimited = boolean(value, &place, name)?,
+            "name" => raw.name = string(value, &place, name)?,
+            "replaces" => {
+                for (i, entry) in maps(value, &place, name)?.into_iter().enumerate() {
+                    let here = format!("{place}.replaces[{i}]");
+                    let mut replaced = String::new();
+                    for (field, value) in fields(entry) {
+                        if field == "name" {
+                            replaced = string(value, &here, field)?;
+                        }
+                    }
+                    raw.replaces.push(replaced);
+                }
+            }
+            "algorithm" if !is_null(value) => raw.algorithm = Some(string(value, &place, name)?),
+            "burst" => raw.burst = uint32(value, &place, name)?,
+            "backend" => return Err(misplaced(&place, name, "at the top level")),
+            _ => {}
+        }
+    }
+    Ok(Some(raw))
 }
 
 /// rategate's `backend:` map: `kind` (one of [`BACKEND_KINDS`]) and any
