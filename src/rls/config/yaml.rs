@@ -5,9 +5,13 @@
 //! duplicates, replaces) are the caller's, after every file has decoded,
 //! in the order envoyproxy/ratelimit reports them.
 //!
-//! The tree keeps each scalar's text as written beside its resolved kind:
-//! a string field takes the text (`value: 0123` is `"0123"`, as yaml.v2
-//! gives it), a number field the value.
+//! The tree is this module's own rather than yaml-rust2's `Yaml`, for two
+//! reasons: it keeps each scalar's text as written beside its resolved
+//! kind, so a string field takes the text (`value: 0123` is `"0123"`, as
+//! yaml.v2 gives it; `Yaml` keeps only the integer 123), and it is built
+//! from the parser's events without recursion, under the caps, where
+//! yaml-rust2's loader recurses once per level and expands aliases
+//! without a bound.
 
 use super::{BACKEND_KINDS, BackendSpec, BackendValue, MAX_DESCRIPTOR_DEPTH};
 use std::collections::{BTreeMap, HashMap, HashSet};
