@@ -92,6 +92,8 @@ pub mod policy;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "rls")]
+pub mod rls;
 #[cfg(feature = "serde")]
 mod serde_strings;
 #[cfg(feature = "sim")]
