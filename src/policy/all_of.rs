@@ -486,6 +486,26 @@ impl AllOf {
     }
 }
 
+/// Admits each limit's own cost in every limit, or in none: `decisions[i]`
+/// gets limit `i`'s decision (its check's after an admission, else its
+/// peek's). Returns whether every limit admitted.
+///
+/// # Errors
+///
+/// A [`MemberError`] naming the limit that can never admit its cost;
+/// nothing is consumed.
+#[cfg(feature = "rls")]
+pub(crate) fn decide_costs(
+    limits: &[(&dyn Limit, u32)],
+    decisions: &mut [Decision],
+) -> Result<bool, MemberError> {
+    let members: SmallVec<[Charged<'_>; INLINE]> = limits
+        .iter()
+        .map(|&(limit, cost)| Charged { limit, cost })
+        .collect();
+    all_or_nothing::decide(&members, true, decisions)
+}
+
 #[cfg(all(test, not(rategate_loom)))]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! [`Tiered`]: per-key quotas, named tiers with a resolver from key to tier
 //! and per-key overrides.
 
-mod all_of;
+pub(crate) mod all_of;
 mod all_or_nothing;
 #[cfg(feature = "serde")]
 pub mod config;

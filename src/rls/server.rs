@@ -1,0 +1,206 @@
+//! The gRPC server: `ShouldRateLimit` over HTTP/2, `grpc.health.v1`, the
+//! configuration reloaded when its files change, and a graceful shutdown.
+
+use super::config::Config;
+use super::service::{RateLimitCore, RequestError};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tonic::{Request, Response, Status};
+
+/// The `RateLimitService` of [`RateLimitCore`], for a tonic server.
+#[derive(Debug, Clone)]
+pub struct Service(Arc<RateLimitCore>);
+
+impl Service {
+    /// The gRPC service deciding with `core`.
+    pub fn new(core: Arc<RateLimitCore>) -> Service {
+        Service(core)
+    }
+
+    /// Wrapped for `tonic::transport::Server::add_service`.
+    pub fn into_server(self) -> RateLimitServiceServer<Service> {
+        RateLimitServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Service {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        match self.0.should_rate_limit(request.get_ref()) {
+            Ok(response) => Ok(Response::new(response)),
+            Err(e @ RequestError::TooManyOverrides) => {
+                Err(Status::resource_exhausted(e.to_string()))
+            }
+            Err(e) => Err(Status::invalid_argument(e.to_string())),
+        }
+    }
+}
+
+/// Serves `core` on `listen` until `shutdown` completes, then stops
+/// accepting and lets the calls in flight finish. The health service
+/// says SERVING for the rate-limit service and the server (`""`) until
+/// then.
+///
+/// # Errors
+///
+/// [`ServeError::Bind`] when the address cannot be bound,
+/// [`ServeError::Transport`] when serving fails.
+pub async fn serve(
+    core: Arc<RateLimitCore>,
+    listen: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| ServeError::Bind(listen, e))?;
+    serve_on(core, listener, shutdown)
+        .await
+        .map_err(ServeError::Transport)
+}
+
+/// Why the server stopped.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The listen address could not be bound.
+    Bind(SocketAddr, std::io::Error),
+    /// The transport failed.
+    Transport(tonic::transport::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Bind(addr, e) => write!(f, "cannot listen on {addr}: {e}"),
+            ServeError::Transport(e) => write!(f, "gRPC transport: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Bind(_, e) => Some(e),
+            ServeError::Transport(e) => Some(e),
+        }
+    }
+}
+
+/// As [`serve`], on a listener already bound (a test's port 0).
+///
+/// # Errors
+///
+/// The transport's, when serving fails.
+pub async fn serve_on(
+    core: Arc<RateLimitCore>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<RateLimitServiceServer<Service>>()
+        .await;
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(Service::new(core).into_server())
+        .serve_with_incoming_shutdown(incoming, async move {
+            shutdown.await;
+            reporter
+                .set_not_serving::<RateLimitServiceServer<Service>>()
+                .await;
+        })
+        .await
+}
+
+/// Where the configuration comes from, and how it is reloaded.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// A file, or a directory of `.yaml` / `.yml` files.
+    pub path: PathBuf,
+    /// Whether several files may add to one domain.
+    pub merge_domains: bool,
+}
+
+impl Source {
+    /// Loads the configuration.
+    ///
+    /// # Errors
+    ///
+    /// The configuration's.
+    pub fn load(&self) -> Result<Config, super::config::ConfigError> {
+        Config::load(&self.path, self.merge_domains)
+    }
+
+    /// What changes when a file is changed, added or removed: the
+    /// modification times and lengths of the files, by name.
+    fn stamp(&self) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
+        let mut files = Vec::new();
+        let mut add = |p: &Path| {
+            if let Ok(m) = std::fs::metadata(p) {
+                files.push((p.to_owned(), m.modified().ok(), m.len()));
+            }
+        };
+        add(&self.path);
+        if let Ok(dir) = std::fs::read_dir(&self.path) {
+            for entry in dir.flatten() {
+                add(&entry.path());
+            }
+        }
+        files.sort();
+        files
+    }
+}
+
+/// Reloads `core`'s configuration from `source` whenever its files change
+/// (checked every `every`), until the returned task is aborted. A
+/// configuration that does not load is refused with a log line, and the
+/// one in force keeps serving.
+pub fn watch(
+    core: Arc<RateLimitCore>,
+    source: Source,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut seen = source.stamp();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = source.stamp();
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            let loaded = source
+                .load()
+                .map_err(|e| e.to_string())
+                .and_then(|config| core.reload(config).map_err(|e| e.to_string()));
+            match loaded {
+                Ok(()) => log_reload(&source.path, None),
+                Err(e) => log_reload(&source.path, Some(&e)),
+            }
+        }
+    })
+}
+
+fn log_reload(path: &Path, error: Option<&str>) {
+    match error {
+        None => tracing::info!(path = %path.display(), "configuration reloaded"),
+        Some(e) => tracing::warn!(
+            path = %path.display(),
+            error = e,
+            "configuration refused; the one in force keeps serving"
+        ),
+    }
+}
