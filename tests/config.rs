@@ -773,11 +773,27 @@ fn debug_output_hides_passwords() {
         [policies.c]
         quota = "1/s"
         backend = { kind = "synced", cluster = ["redis://:clusterpw@10.0.0.1:7000/"] }
+
+        [policies.d]
+        quota = "1/s"
+        backend = { kind = "redis", url = "redis+unix:///tmp/s.sock?db=0&pass=unixpw" }
+
+        [policies.e]
+        quota = "1/s"
+        backend = { kind = "redis", url = "redis://user:sl/as?hpw@10.0.0.1:6379/0" }
         "#,
     )
     .unwrap();
     let printed = format!("{file:?}");
-    for secret in ["hunter2", "sentinelpw", "masterpw", "clusterpw"] {
+    for secret in [
+        "hunter2",
+        "sentinelpw",
+        "masterpw",
+        "clusterpw",
+        "unixpw",
+        "sl/as",
+        "hpw",
+    ] {
         assert!(!printed.contains(secret), "{secret} in {printed}");
     }
     assert!(

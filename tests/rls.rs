@@ -638,3 +638,28 @@ async fn health() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 }
+
+/// A domain that names a shared store is refused, not served from memory.
+#[test]
+fn a_shared_backend_is_refused() {
+    let config = Config::from_sources(
+        &[(
+            "d.yaml",
+            "domain: d\nbackend: { kind: redis, url: \"redis://127.0.0.1/\" }\ndescriptors:\n  - key: k\n",
+        )],
+        false,
+    )
+    .unwrap();
+    let e = RateLimitCore::new(config, Options::default()).unwrap_err();
+    assert_eq!(e.place, "d");
+    assert!(e.message.contains("memory only"), "{e}");
+    let memory = Config::from_sources(
+        &[(
+            "d.yaml",
+            "domain: d\nbackend: { kind: memory }\ndescriptors:\n  - key: k\n",
+        )],
+        false,
+    )
+    .unwrap();
+    assert!(RateLimitCore::new(memory, Options::default()).is_ok());
+}

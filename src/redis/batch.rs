@@ -493,7 +493,7 @@ impl Call {
                 continue;
             };
             // A lone caller's call dropped mid-way leaves its reply owed.
-            link.wire.claim();
+            link.wire.claim(Some(deadline)).await;
             open = self.drive(&mut link, &mut jobs, open).await;
             drop(link);
             // The callers just answered are runnable and about to ask

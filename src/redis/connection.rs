@@ -44,12 +44,22 @@ pub(crate) enum Target {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Tls {
     /// Trust these CA certificates (PEM) instead of the system's.
     pub(crate) root_cert: Option<Vec<u8>>,
     /// Present this certificate chain and key (PEM) to the server.
     pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Says which parts are set; never prints a certificate or the key.
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("root_certificate", &self.root_cert.is_some())
+            .field("client_certificate", &self.client.is_some())
+            .finish()
+    }
 }
 
 impl Tls {
@@ -79,6 +89,19 @@ impl Tls {
 
 /// `url`'s address and settings; a `rediss://` URL without the
 /// `redis-tls` feature is a [`RedisError::Tls`] that says so.
+/// The longest timeout or interval a builder takes: a day. Deadlines are
+/// instants plus these, and an instant plus `Duration::MAX` overflows.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// `duration` if it is above zero and at most [`MAX_WAIT`]; else a
+/// [`RedisError::Config`] saying `what` must be.
+pub(crate) fn check_wait(duration: Duration, what: &'static str) -> Result<(), RedisError> {
+    if duration.is_zero() || duration > MAX_WAIT {
+        return Err(RedisError::Config(what));
+    }
+    Ok(())
+}
+
 pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, RedisError> {
     url.into_connection_info().map_err(|e| {
         if url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {

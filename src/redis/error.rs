@@ -37,6 +37,11 @@ pub enum RedisError {
         /// Replicas asked for.
         wanted: u32,
     },
+    /// The leased limiter's last rounds failed, and it waits before the
+    /// next (the interval doubled per failed round in a row, at most 1 s),
+    /// so that a slow Redis does not spend the window's budget on grants
+    /// that come too late to use.
+    Backoff,
 }
 
 impl fmt::Display for RedisError {
@@ -58,6 +63,9 @@ impl fmt::Display for RedisError {
                 f,
                 "{acked} of the {wanted} replicas asked for acknowledged the writes in time"
             ),
+            RedisError::Backoff => {
+                f.write_str("the last lease rounds failed; waiting before the next")
+            }
         }
     }
 }

@@ -26,7 +26,12 @@
 //! * Redis unreachable: nodes admit what they hold and deny beyond it; the
 //!   bound holds through the outage. Units of a request that timed out are
 //!   counted as granted in Redis and never used (under-admission, never
-//!   over); a failed return loses its units the same way.
+//!   over); a failed return loses its units the same way. So after a
+//!   failed round the next waits (the interval doubled per failed round in
+//!   a row, at most 1 s: [`RedisError::Backoff`]) and asks for the
+//!   smallest slice only, and grants that too few replicas acknowledged
+//!   ([`RedisError::NotReplicated`]) are given back at once: a slow Redis
+//!   or a lagging replica spends the window's budget a slice at a time.
 //! * The bound assumes Redis keeps its data: a Redis that restarts empty in
 //!   the middle of a window forgets what it granted in it.
 //!
@@ -316,8 +321,19 @@ struct Inner<C: Clock> {
     /// Wakes the task for renewals that cannot wait for the tick (a wake
     /// with no task running is kept for the next one: harmless).
     control: Arc<Control>,
-    /// One round at a time.
-    round_lock: tokio::sync::Mutex<()>,
+    /// One round at a time, and what the rounds remember.
+    round_lock: tokio::sync::Mutex<RoundState>,
+}
+
+/// What a round leaves for the next.
+#[derive(Debug, Default)]
+pub(crate) struct RoundState {
+    /// Rounds in a row that failed.
+    failures: u32,
+    /// No round before this instant, after failures (real time: the
+    /// limiter's clock places windows, and may be a test's, standing
+    /// still).
+    retry_at: Option<tokio::time::Instant>,
 }
 
 /// Whether a round is the regular tick (which measures demand and returns
@@ -374,8 +390,10 @@ impl<C: Clock> LeasedLimiter<C> {
 
     /// As [`check_n`](LeasedLimiter::check_n), but when the slice cannot
     /// cover `cost` and the window's budget is not known to be spent, makes
-    /// the renewal now (one round trip, shared with concurrent callers) and
-    /// decides again. The first request of a key on a node goes this way.
+    /// the renewal now and decides again: it waits for the round in
+    /// progress (within the timeout) and makes one only if that round did
+    /// not cover `cost`, so concurrent callers share rounds. The first
+    /// request of a key on a node goes this way.
     ///
     /// # Errors
     ///
@@ -388,7 +406,7 @@ impl<C: Clock> LeasedLimiter<C> {
             return Ok(decision);
         }
         // Errors are counted; the decision below then denies.
-        let renewed = inner.round(Round::Renew).await;
+        let renewed = inner.renew_for(key, cost).await;
         let decision = self.check_n(key, cost)?;
         if renewed.is_err() && !decision.is_allowed() {
             crate::metrics::store_down_by("lease_unrenewed");
@@ -603,9 +621,42 @@ impl<C: Clock> Inner<C> {
         self.keys.key(key, &format!("lease:{window}"))
     }
 
+    /// The renewal an [`acquire_n`](LeasedLimiter::acquire_n) waits for:
+    /// waits for the round in progress, within the store's timeout, and
+    /// runs one only if `key`'s slice still cannot cover `cost` (callers
+    /// that waited together share the round that served them).
+    async fn renew_for(&self, key: &str, cost: u32) -> Result<usize, RedisError> {
+        let Ok(one) = tokio::time::timeout(self.store.timeout(), self.round_lock.lock()).await
+        else {
+            return Err(RedisError::Timeout);
+        };
+        let window = self.clock.now() / self.period;
+        let Some(lease) = self.map.get(key).map(|l| Arc::clone(l.value())) else {
+            return Ok(0);
+        };
+        if lease.held(window) >= u64::from(cost) {
+            return Ok(0);
+        }
+        // A round that ran meanwhile may have taken this key's request and
+        // granted too little: asked again. Relaxed: read by this task's
+        // own round, after the lock.
+        lease.wanted.store(1, Ordering::Relaxed);
+        lease.need.fetch_max(u64::from(cost), Ordering::Relaxed);
+        self.round_locked(Round::Renew, one).await
+    }
+
     /// One round: plan, ask and give back in one batch, apply.
     async fn round(&self, round: Round) -> Result<usize, RedisError> {
-        let _one = self.round_lock.lock().await;
+        let one = self.round_lock.lock().await;
+        self.round_locked(round, one).await
+    }
+
+    /// [`round`](Inner::round), the lock held.
+    async fn round_locked(
+        &self,
+        round: Round,
+        mut state: tokio::sync::MutexGuard<'_, RoundState>,
+    ) -> Result<usize, RedisError> {
         let now = self.clock.now();
         let window = now / self.period;
         let until_next =
@@ -618,6 +669,13 @@ impl<C: Clock> Inner<C> {
         // Within a tick (plus round trips) of the next window: fill its
         // slot too, so the window starts with slices in hand.
         let prefetch = until_next <= horizon;
+        let failing = state.failures > 0;
+        if state
+            .retry_at
+            .is_some_and(|at| tokio::time::Instant::now() < at)
+        {
+            return Err(RedisError::Backoff);
+        }
         let mut plans: Vec<(String, Plan)> = Vec::new();
         for item in self.map.iter() {
             let lease = item.value();
@@ -648,8 +706,16 @@ impl<C: Clock> Inner<C> {
                 lease.target.load(Ordering::Relaxed).max(self.min_slice)
             };
             // A denied cost above the usual slice: ask for enough to cover
-            // it (at most the limit, which a cost never exceeds).
-            let target = target.max(lease.need.swap(0, Ordering::Relaxed).min(self.limit));
+            // it (at most the limit, which a cost never exceeds). After a
+            // failed round, whose grants may have been made and lost (a
+            // reply that came after the timeout), the smallest slice: a
+            // slow Redis spends the window's budget a slice at a time.
+            let need = lease.need.swap(0, Ordering::Relaxed).min(self.limit);
+            let target = if failing {
+                self.min_slice.max(need)
+            } else {
+                target.max(need)
+            };
             let mut windows = vec![window];
             if prefetch {
                 windows.push(window + 1);
@@ -663,6 +729,17 @@ impl<C: Clock> Inner<C> {
             }
         }
         let result = self.execute(plans).await;
+        match &result {
+            Ok(_) => *state = RoundState::default(),
+            Err(_) => {
+                state.failures = state.failures.saturating_add(1);
+                let backoff = self
+                    .interval
+                    .saturating_mul(1 << (state.failures - 1).min(10))
+                    .min(Duration::from_secs(1));
+                state.retry_at = Some(tokio::time::Instant::now() + backoff);
+            }
+        }
         if round == Round::Tick {
             self.sweep();
         }
@@ -755,6 +832,30 @@ impl<C: Clock> Inner<C> {
         }
         if outcome.round_trips > 0 {
             c.rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        // Grants the master made that too few replicas acknowledged are
+        // not used; given back at once, so that a replica that lags does
+        // not spend the window's budget on grants nobody uses. Without
+        // `WAIT`: a give-back lost in a failover only under-admits.
+        let undo: Vec<Record> = plans
+            .iter()
+            .zip(&outcome.unreplicated)
+            .filter_map(|((key, plan), reply)| {
+                let &[moved, _] = reply.as_deref()? else {
+                    return None;
+                };
+                (plan.amount > 0 && moved > 0).then(|| Record {
+                    keys: vec![self.key(key, plan.window)],
+                    args: vec![-moved],
+                })
+            })
+            .collect();
+        if !undo.is_empty() {
+            let undone = self.store.run_unwaited(&self.lua, &header, &undo, 2).await;
+            c.round_trips
+                .fetch_add(undone.round_trips, Ordering::Relaxed);
+            c.errors.fetch_add(undone.errors, Ordering::Relaxed);
+            c.timeouts.fetch_add(undone.timeouts, Ordering::Relaxed);
         }
         match outcome.error {
             None => Ok(plans.len()),

@@ -321,11 +321,15 @@ impl<A: RedisAlgorithm, C: Clock> RedisLimiterBuilder<A, C> {
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] without a server, with a local share
+    /// [`RedisError::Config`] without a server, with a timeout of zero or above a day, a local share
     /// outside (0, 1] or with no batch in flight; [`RedisError::Quota`] when the quota cannot run on
     /// the script; [`RedisError::Redis`] or [`RedisError::Timeout`] when the
     /// first connection fails.
     pub async fn build(self) -> Result<RedisLimiter<A, C>, RedisError> {
+        crate::redis::connection::check_wait(
+            self.timeout,
+            "the Redis timeout must be above zero and at most a day",
+        )?;
         let algorithm = A::from_quota(&self.quota)?;
         let client_time = matches!(self.time, TimeSource::Client(_));
         let tick_nanos = if client_time { 1 } else { 1_000 };

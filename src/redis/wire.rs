@@ -93,10 +93,12 @@ pub(crate) struct Wire {
     pos: usize,
     /// Whether the socket has given a reply since it opened.
     answered: bool,
-    /// Sockets in a row that failed before their first reply (a proxy
-    /// that accepts and closes, a server that dies at once), and until
-    /// when no new one is opened: 10 ms doubled per such socket, at most
-    /// 1 s. Meanwhile requests fail at once, and the store-down policy
+    /// A write was dropped mid-way: the server may hold part of a command.
+    writing: bool,
+    /// Sockets in a row that failed to open (refused, TLS, `AUTH`), failed
+    /// before their first reply (a proxy that accepts and closes, a server
+    /// that dies at once) or answered `READONLY`, and until when no new
+    /// one is opened: 10 ms doubled per such socket, at most 1 s. Meanwhile requests fail at once, and the store-down policy
     /// decides without a connection a request.
     dead_opens: u32,
     retry_at: Option<tokio::time::Instant>,
@@ -153,6 +155,7 @@ impl Wire {
             buf: Vec::with_capacity(4096),
             pos: 0,
             answered: false,
+            writing: false,
             dead_opens: 0,
             retry_at: None,
         })
@@ -182,6 +185,7 @@ impl Wire {
         }
         self.stream = None;
         self.owed = 0;
+        self.writing = false;
         self.buf.clear();
         self.pos = 0;
     }
@@ -196,19 +200,41 @@ impl Wire {
         self.retry_at = Some(tokio::time::Instant::now() + backoff);
     }
 
-    /// Called by whoever takes the connection: replies still owed belong
-    /// to a holder that gave up mid-way, and would answer the new holder's
-    /// commands, so the socket is replaced.
-    pub(crate) fn claim(&mut self) {
-        if self.owed > 0 {
+    /// Called by whoever takes the connection. Replies still owed belong
+    /// to a holder that gave up mid-way and would answer the new holder's
+    /// commands: they are read and dropped (by `deadline`, if given; the
+    /// socket is kept, so callers that give up early do not open a socket
+    /// each). A command written only in part would run with the next
+    /// one's bytes as its own: that socket is replaced, as are owed
+    /// replies that do not come by `deadline`. Cancel safe: dropped, it
+    /// leaves the replies it did not read owed.
+    pub(crate) async fn claim(&mut self, deadline: Option<tokio::time::Instant>) {
+        if self.writing {
             self.reset();
+            return;
+        }
+        while self.owed > 0 {
+            let read = match deadline {
+                Some(at) => tokio::time::timeout_at(at, self.read()).await,
+                None => Ok(self.read().await),
+            };
+            match read {
+                Ok(Ok(_)) => {}
+                // `read` dropped the socket.
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    self.fail();
+                    return;
+                }
+            }
         }
     }
 
     /// Sends one packed command and reads its reply, connecting first if
-    /// needed. Any failure drops the socket.
+    /// needed (the caller bounds it in time). Any failure drops the
+    /// socket.
     pub(crate) async fn request(&mut self, packed: &[u8]) -> Result<Reply, redis::RedisError> {
-        self.claim();
+        self.claim(None).await;
         self.write(packed).await?;
         self.read().await
     }
@@ -245,10 +271,11 @@ impl Wire {
                 .into());
             }
             if let Err(e) = self.open().await {
-                if self.stream.is_none() {
-                    // The connect itself failed (a refusal, no route).
-                    self.dead_open();
-                }
+                // The connect failed (a refusal, no route), or the TLS
+                // handshake, or `AUTH` / `SELECT` were refused (a rotated
+                // password): the next socket would fare the same.
+                self.dead_open();
+                self.stream = None;
                 return Err(e);
             }
         }
@@ -261,9 +288,12 @@ impl Wire {
             return Err(io::Error::from(io::ErrorKind::NotConnected).into());
         };
         // Counted before the write: a write dropped mid-way leaves the
-        // socket with a command (maybe) sent and its reply owed.
+        // socket with a command (maybe) sent and its reply owed, and
+        // `writing` says it may be incomplete.
         self.owed += 1;
+        self.writing = true;
         stream.write_all(packed).await?;
+        self.writing = false;
         Ok(())
     }
 
@@ -276,9 +306,14 @@ impl Wire {
             Err(_) => self.fail(),
             // A master turned replica (a failover, or a restart that came
             // back as one): its replies that follow would be the same, so
-            // the socket is dropped and the next opens where the master is.
-            Ok(Reply::Error(message)) if message.contains("READONLY") => self.reset(),
-            Ok(_) => {}
+            // the socket is dropped and the next opens where the master is
+            // (at once when Sentinel names another; else after the
+            // backoff, as a server that is no master stays one a while).
+            Ok(Reply::Error(message)) if message.contains("READONLY") => {
+                self.dead_open();
+                self.reset();
+            }
+            Ok(_) => self.dead_opens = 0,
         }
         result
     }
@@ -297,7 +332,6 @@ impl Wire {
                     self.pos += used;
                     self.owed -= 1;
                     self.answered = true;
-                    self.dead_opens = 0;
                     return Ok(match reply {
                         Reply::Bulk { start, len } => Reply::Bulk {
                             start: at + start,

@@ -229,6 +229,17 @@ impl RateLimitCore {
     ) -> Result<HashMap<RuleId, Arc<Keyed>>, RuleError> {
         let mut limiters = HashMap::new();
         for domain in config.domains() {
+            // A domain that asks for a shared store must not be counted in
+            // this process alone: refused rather than served from memory.
+            if let Some(backend) = domain.backend.as_ref().filter(|b| b.kind != "memory") {
+                return Err(RuleError {
+                    place: domain.name.clone(),
+                    message: format!(
+                        "backend kind '{}': this server decides in memory only",
+                        backend.kind
+                    ),
+                });
+            }
             for rule in domain.rules() {
                 let error = |message: String| RuleError {
                     place: rule.path.clone(),

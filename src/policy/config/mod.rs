@@ -246,20 +246,43 @@ impl fmt::Debug for RedisServer {
     }
 }
 
-/// `url` with the password in its user part (`redis://user:pw@host`)
-/// replaced by `***`.
+/// `url` with its passwords replaced by `***`: the user part's
+/// (`redis://user:pw@host`, where `pw` may hold any character but `@`, a
+/// `/` too) and the `pass` / `password` query parameters of Unix socket
+/// URLs (`redis+unix:///run/redis.sock?pass=pw`).
 fn redact(url: &str) -> String {
     let Some(scheme) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
-    let authority_end = url[scheme..].find('/').map_or(url.len(), |i| scheme + i);
-    let Some(at) = url[scheme..authority_end].rfind('@').map(|i| scheme + i) else {
-        return url.to_owned();
+    // The query starts after the user part, which may hold a `?` itself.
+    let after_user = url[scheme..].rfind('@').map_or(scheme, |i| scheme + i);
+    let (main, query) = match url[after_user..].find('?').map(|i| after_user + i) {
+        Some(q) => (&url[..q], Some(&url[q + 1..])),
+        None => (url, None),
     };
-    match url[scheme..at].find(':').map(|i| scheme + i) {
-        Some(colon) => format!("{}***{}", &url[..=colon], &url[at..]),
-        None => url.to_owned(),
+    let mut out = match main[scheme..].rfind('@').map(|i| scheme + i) {
+        Some(at) => match main[scheme..at].find(':').map(|i| scheme + i) {
+            Some(colon) => format!("{}***{}", &main[..=colon], &main[at..]),
+            None => main.to_owned(),
+        },
+        None => main.to_owned(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _))
+                    if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                {
+                    format!("{k}=***")
+                }
+                _ => p.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 /// How a Redis-backed policy reaches Redis: the server, and the TLS files

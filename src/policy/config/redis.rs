@@ -118,7 +118,13 @@ fn server_field(policy: &Policy, error: &RedisError) -> &'static str {
         }
         RedisServer::Sentinel {
             password: Some(_), ..
-        } if text.contains("WRONGPASS") || text.contains("AUTH") => "backend.master_password",
+        } if {
+            let lower = text.to_ascii_lowercase();
+            lower.contains("wrongpass") || lower.contains("auth")
+        } =>
+        {
+            "backend.master_password"
+        }
         RedisServer::Sentinel { .. } => "backend.sentinels",
     }
 }
@@ -197,6 +203,15 @@ const MAX_PEM_BYTES: u64 = 1 << 20;
 /// device or a pipe, whose reads would never end).
 fn read_pem(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    // The path's kind before opening it: opening a FIFO blocks until a
+    // writer comes. (Swapped for one between the two calls, it is caught
+    // by the open file's own metadata below.)
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {

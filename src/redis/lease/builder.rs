@@ -180,13 +180,14 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] without a server, with a zero interval or
-    /// timeout, or a smallest slice of 0; [`RedisError::Redis`] or
+    /// [`RedisError::Config`] without a server, with an interval or
+    /// timeout of zero or above a day, or a smallest slice of 0; [`RedisError::Redis`] or
     /// [`RedisError::Timeout`] when the first connection fails.
     pub async fn build(self) -> Result<LeasedLimiter<C>, RedisError> {
-        if self.interval.is_zero() {
-            return Err(RedisError::Config("the lease interval must be above zero"));
-        }
+        crate::redis::connection::check_wait(
+            self.interval,
+            "the lease interval must be above zero and at most a day",
+        )?;
         let limit = self.quota.limit();
         let min_slice = self.min_slice.unwrap_or((limit / 100).max(1));
         if min_slice == 0 {
@@ -218,7 +219,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
                     max_slice: u64::from(max_slice),
                     counters: Counters::default(),
                     control: Arc::new(Control::default()),
-                    round_lock: tokio::sync::Mutex::new(()),
+                    round_lock: tokio::sync::Mutex::new(super::RoundState::default()),
                 }),
                 task: TaskSlot::default(),
             }),

@@ -149,15 +149,16 @@ impl<A: SyncAlgorithm, C: Clock> SyncedLimiterBuilder<A, C> {
     ///
     /// # Errors
     ///
-    /// [`RedisError::Config`] without a server, with a zero interval or
-    /// timeout, or a local share outside (0, 1]; [`RedisError::Quota`]
+    /// [`RedisError::Config`] without a server, with an interval or
+    /// timeout of zero or above a day, or a local share outside (0, 1]; [`RedisError::Quota`]
     /// when the algorithm cannot represent the quota; [`RedisError::Redis`]
     /// or [`RedisError::Timeout`] when the first connection fails.
     pub async fn build(self) -> Result<SyncedLimiter<A, C>, RedisError> {
         let algorithm = A::from_quota(&self.quota)?;
-        if self.interval.is_zero() {
-            return Err(RedisError::Config("the sync interval must be above zero"));
-        }
+        crate::redis::connection::check_wait(
+            self.interval,
+            "the sync interval must be above zero and at most a day",
+        )?;
         let local = if self.local_share == 1.0 {
             None
         } else {

@@ -66,6 +66,10 @@ pub(crate) struct Outcome {
     pub(crate) timeouts: u64,
     /// The first failure, for the caller to return.
     pub(crate) error: Option<RedisError>,
+    /// Per record, what its master answered in a round trip that too few
+    /// replicas acknowledged ([`RedisError::NotReplicated`]): done on the
+    /// master, not to be used (the caller may undo it).
+    pub(crate) unreplicated: Vec<Option<Vec<i64>>>,
     /// Slot ranges (inclusive) whose node answered, and whose node failed:
     /// a single server is the whole range `0..=16383`.
     pub(crate) ok_slots: Vec<(u16, u16)>,
@@ -130,7 +134,9 @@ impl Store {
 
     /// Whether every master has at least `replicas` replicas connected
     /// now (`INFO replication`): a master with fewer could never
-    /// acknowledge a grant.
+    /// acknowledge a grant. (Connected replicas still in their first sync
+    /// count: they acknowledge once it ends, seconds later; refusing them
+    /// would fail a build made while a deployment starts.)
     ///
     /// # Errors
     ///
@@ -182,10 +188,16 @@ impl Store {
         Ok(())
     }
 
-    /// The `WAIT` appended to each pipeline: replicas and milliseconds.
-    fn wait(&self) -> Option<(u32, u64)> {
+    /// Each call's timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The `WAIT` for `replicas` appended to a pipeline: replicas and
+    /// milliseconds.
+    fn wait_for(&self, replicas: Option<u32>) -> Option<(u32, u64)> {
         let ms = u64::try_from(self.timeout.as_millis() / 2).unwrap_or(u64::MAX);
-        self.wait.map(|replicas| (replicas, ms.max(1)))
+        replicas.map(|replicas| (replicas, ms.max(1)))
     }
 
     /// Connects and loads `scripts` (on a single server; on a Cluster each
@@ -196,9 +208,10 @@ impl Store {
         timeout: Duration,
         scripts: &[&Lua],
     ) -> Result<Store, RedisError> {
-        if timeout.is_zero() {
-            return Err(RedisError::Config("the Redis timeout must be above zero"));
-        }
+        crate::redis::connection::check_wait(
+            timeout,
+            "the Redis timeout must be above zero and at most a day",
+        )?;
         let loads: Vec<&redis::Script> = scripts.iter().map(|lua| &lua.script).collect();
         let connection = connect(target, tls, timeout, &loads).await?;
         let store = Store {
@@ -236,8 +249,34 @@ impl Store {
         records: &[Record],
         outs: usize,
     ) -> Outcome {
+        self.run_waiting(lua, header, records, outs, self.wait)
+            .await
+    }
+
+    /// As [`run`](Store::run), without `WAIT`: for writes that only ever
+    /// lower what is counted (undoing grants), whose loss in a failover
+    /// errs on the side of the limit.
+    pub(crate) async fn run_unwaited(
+        &self,
+        lua: &Lua,
+        header: &[i64],
+        records: &[Record],
+        outs: usize,
+    ) -> Outcome {
+        self.run_waiting(lua, header, records, outs, None).await
+    }
+
+    async fn run_waiting(
+        &self,
+        lua: &Lua,
+        header: &[i64],
+        records: &[Record],
+        outs: usize,
+        wait: Option<u32>,
+    ) -> Outcome {
         let mut outcome = Outcome {
             replies: vec![None; records.len()],
+            unreplicated: vec![None; records.len()],
             ..Outcome::default()
         };
         if records.is_empty() {
@@ -247,31 +286,33 @@ impl Store {
             Connection::Single(manager) => {
                 let all: Vec<usize> = (0..records.len()).collect();
                 let calls = calls_for(&all);
-                let pipe = pipeline(&lua.script, header, records, &calls, self.wait());
+                let pipe = pipeline(&lua.script, header, records, &calls, self.wait_for(wait));
                 outcome.calls += calls.len() as u64;
                 let mut manager = manager.clone();
                 let reply = self
                     .single_round_trip(&mut manager, &lua.script, &pipe, &mut outcome)
                     .await;
-                match reply.and_then(|values| split(values, &calls, outs, records.len(), self.wait))
-                {
-                    Ok(replies) => {
+                match reply.and_then(|values| split(values, &calls, outs, records.len(), wait)) {
+                    Ok((replies, None)) => {
                         outcome.replies = replies;
                         outcome.ok_slots.push(ALL_SLOTS);
                     }
+                    Ok((replies, Some(error))) => {
+                        outcome.unreplicated = replies;
+                        // A master without the replicas it had: Sentinel
+                        // may have promoted one of them meanwhile.
+                        manager.search();
+                        outcome.fail(error);
+                        outcome.failed_slots.push(ALL_SLOTS);
+                    }
                     Err(error) => {
-                        if matches!(error, RedisError::NotReplicated { .. }) {
-                            // A master without the replicas it had: Sentinel
-                            // may have promoted one of them meanwhile.
-                            manager.search();
-                        }
                         outcome.fail(error);
                         outcome.failed_slots.push(ALL_SLOTS);
                     }
                 }
             }
             Connection::Cluster(cluster) => {
-                self.run_cluster(cluster, lua, header, records, outs, &mut outcome)
+                self.run_cluster(cluster, lua, header, records, outs, wait, &mut outcome)
                     .await;
             }
         }
@@ -309,6 +350,8 @@ impl Store {
         }
     }
 
+    // The batch's parts as `run_waiting` takes them, and where they go.
+    #[allow(clippy::too_many_arguments)]
     async fn run_cluster(
         &self,
         cluster: &ClusterConnection,
@@ -316,6 +359,7 @@ impl Store {
         header: &[i64],
         records: &[Record],
         outs: usize,
+        wait: Option<u32>,
         outcome: &mut Outcome,
     ) {
         let slots = match self.slot_map(cluster).await {
@@ -349,7 +393,7 @@ impl Store {
             for indices in by_slot.values() {
                 calls.extend(calls_for(indices));
             }
-            let pipe = pipeline(&lua.script, header, records, &calls, self.wait());
+            let pipe = pipeline(&lua.script, header, records, &calls, self.wait_for(wait));
             outcome.calls += calls.len() as u64;
             let route = SingleNodeRoutingInfo::ByAddress {
                 host: range.host.clone(),
@@ -358,7 +402,7 @@ impl Store {
             let connection = cluster.clone();
             let code = lua.code;
             let timeout = self.timeout;
-            let waits = self.wait.is_some();
+            let waits = wait.is_some();
             tasks.spawn(async move {
                 let count = calls.len() + usize::from(waits);
                 let (reply, trips) =
@@ -374,15 +418,24 @@ impl Store {
                 continue;
             };
             outcome.round_trips += trips;
-            let wait = self.wait;
             match reply.and_then(|values| split(values, &calls, outs, records.len(), wait)) {
-                Ok(replies) => {
+                Ok((replies, None)) => {
                     outcome.ok_slots.push(span);
                     for (slot, reply) in outcome.replies.iter_mut().zip(replies) {
                         if reply.is_some() {
                             *slot = reply;
                         }
                     }
+                }
+                Ok((replies, Some(error))) => {
+                    failed = true;
+                    for (slot, reply) in outcome.unreplicated.iter_mut().zip(replies) {
+                        if reply.is_some() {
+                            *slot = reply;
+                        }
+                    }
+                    outcome.fail(error);
+                    outcome.failed_slots.push(span);
                 }
                 Err(error) => {
                     failed = true;
@@ -549,14 +602,20 @@ fn pipeline(
     pipe
 }
 
-/// Distributes the calls' replies to their records.
+/// Per record, its replies: distributed from the calls' replies.
+type Replies = Vec<Option<Vec<i64>>>;
+
+/// Distributes the calls' replies to their records, and says when the
+/// pipeline's `WAIT` found too few replicas ([`RedisError::NotReplicated`]:
+/// the replies are what the master did).
 fn split(
     mut values: Vec<Value>,
     calls: &[Vec<usize>],
     outs: usize,
     records: usize,
     wait: Option<u32>,
-) -> Result<Vec<Option<Vec<i64>>>, RedisError> {
+) -> Result<(Replies, Option<RedisError>), RedisError> {
+    let mut short = None;
     if let Some(wanted) = wait {
         // The pipeline ends with WAIT: its count of replicas that hold
         // every write before it.
@@ -565,7 +624,7 @@ fn split(
             other => return Err(RedisError::BadReply(format!("WAIT answered {other:?}"))),
         };
         if acked < wanted {
-            return Err(RedisError::NotReplicated { acked, wanted });
+            short = Some(RedisError::NotReplicated { acked, wanted });
         }
     }
     if values.len() != calls.len() {
@@ -593,7 +652,7 @@ fn split(
             replies[index] = Some(chunk.to_vec());
         }
     }
-    Ok(replies)
+    Ok((replies, short))
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
@@ -713,7 +772,7 @@ mod tests {
             ]),
             Value::Array(vec![Value::Int(10), Value::Int(11)]),
         ];
-        let replies = split(values, &calls, 2, 3, None).unwrap();
+        let (replies, _) = split(values, &calls, 2, 3, None).unwrap();
         assert_eq!(
             replies,
             vec![Some(vec![0, 1]), Some(vec![10, 11]), Some(vec![20, 21])]
