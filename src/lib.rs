@@ -161,6 +161,8 @@ pub mod guide {
     pub mod redis {}
     #[doc = include_str!("../docs/policies.md")]
     pub mod policies {}
+    #[doc = include_str!("../docs/gateway.md")]
+    pub mod gateway {}
     #[doc = include_str!("../docs/simulate.md")]
     pub mod simulate {}
     #[doc = include_str!("../docs/verification.md")]
