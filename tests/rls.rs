@@ -663,3 +663,110 @@ fn a_shared_backend_is_refused() {
     .unwrap();
     assert!(RateLimitCore::new(memory, Options::default()).is_ok());
 }
+
+/// One counter sent several times in a request is charged once per copy:
+/// more copies than the limit are over, and charge nothing.
+#[tokio::test]
+async fn copies_of_one_descriptor_add_up() {
+    let mut rls = start("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n").await;
+    let copies = vec![descriptor(&[("k", "v")]); 4];
+    let r = rls.ask(request("d", copies)).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        rls.one("d", &[("k", "v")]).await.limit_remaining,
+        2,
+        "nothing charged"
+    );
+    let r = rls
+        .ask(request("d", vec![descriptor(&[("k", "v")]); 2]))
+        .await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(
+        rls.one("d", &[("k", "v")]).await.code,
+        Code::OverLimit as i32
+    );
+}
+
+/// A shadow rule that is over holds back nothing: the enforced rules
+/// beside it still refuse, and it is not the headers' binding limit.
+#[tokio::test]
+async fn an_over_shadow_rule_does_not_disable_the_others() {
+    let mut rls = start_with(
+        &[r#"
+domain: d
+descriptors:
+  - key: trial
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: real
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+"#],
+        Options {
+            headers: Headers::Draft,
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let r = rls
+            .ask(request(
+                "d",
+                vec![descriptor(&[("trial", "x")]), descriptor(&[("real", "x")])],
+            ))
+            .await;
+        admitted += usize::from(r.overall_code == Code::Ok as i32);
+        if admitted == 2 {
+            let limit = &r.response_headers_to_add[0];
+            assert_eq!(
+                (limit.key.as_str(), limit.value.as_str()),
+                ("X-RateLimit-Limit", "3")
+            );
+        }
+    }
+    assert_eq!(admitted, 3);
+}
+
+/// A request refused by a rule of 0 requests, or by a cost no counter
+/// can take, charges none of its other limits.
+#[tokio::test]
+async fn a_request_refused_outright_charges_nothing() {
+    let mut rls = start(
+        r#"
+domain: d
+descriptors:
+  - key: blocked
+    rate_limit: { unit: minute, requests_per_unit: 0 }
+  - key: global
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+"#,
+    )
+    .await;
+    let mut huge = descriptor(&[("global", "all")]);
+    huge.hits_addend = Some(UInt64Value { value: 1 << 40 });
+    for descriptors in [
+        vec![
+            descriptor(&[("blocked", "x")]),
+            descriptor(&[("global", "all")]),
+        ],
+        vec![huge, descriptor(&[("global", "all")])],
+    ] {
+        let r = rls.ask(request("d", descriptors)).await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+    }
+    assert_eq!(rls.one("d", &[("global", "all")]).await.limit_remaining, 9);
+}
+
+/// Requests larger than any gateway sends are refused by code.
+#[tokio::test]
+async fn oversized_requests_are_refused() {
+    let mut rls = start("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n").await;
+    let too_many = request("d", vec![descriptor(&[("k", "v")]); 257]);
+    let long = "x".repeat(4097);
+    let too_long = request("d", vec![descriptor(&[("k", long.as_str())])]);
+    for r in [too_many, too_long] {
+        let e = rls.client.should_rate_limit(r).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{}", e.message());
+    }
+    assert_eq!(rls.one("d", &[("k", "v")]).await.limit_remaining, 2);
+}

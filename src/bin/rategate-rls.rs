@@ -42,8 +42,9 @@ struct Args {
     #[arg(long, env = "RLS_RELOAD_MS", default_value_t = 1000)]
     reload_ms: u64,
     /// The most keys one rule holds in memory.
-    #[arg(long, env = "RLS_MAX_KEYS_PER_RULE", default_value_t = 1_000_000)]
-    max_keys_per_rule: usize,
+    #[arg(long, env = "RLS_MAX_KEYS_PER_RULE", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_keys_per_rule: u32,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -95,7 +96,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             HeadersArg::Draft => Headers::Draft,
             HeadersArg::Ietf => Headers::Ietf,
         },
-        max_keys_per_rule: args.max_keys_per_rule,
+        max_keys_per_rule: usize::try_from(args.max_keys_per_rule).unwrap_or(usize::MAX),
         ..Options::default()
     };
     let core = Arc::new(RateLimitCore::new(source.load()?, options)?);

@@ -616,6 +616,15 @@ impl Config {
 
 /// Reads at most [`MAX_FILE_BYTES`] (and one more, to tell).
 fn read_capped(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    // A FIFO or a device would block the open or never end: only regular
+    // files (symlinks followed) are read.
+    let meta = std::fs::metadata(path).map_err(|e| ConfigError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(ConfigError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"),
+        ));
+    }
     let file = std::fs::File::open(path).map_err(|e| ConfigError::io(path, e))?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES as u64 + 1)

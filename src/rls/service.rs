@@ -104,7 +104,20 @@ pub enum RequestError {
     BadOverrideUnit(i32),
     /// A new override quota beyond [`Options::max_overrides`].
     TooManyOverrides,
+    /// More than [`MAX_DESCRIPTORS`] descriptors, more than
+    /// [`MAX_ENTRIES`] entries in one, or a key or value longer than
+    /// [`MAX_ENTRY_BYTES`]: what no gateway sends, and what would cost the
+    /// server time or memory out of proportion.
+    TooLarge(&'static str),
 }
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 256;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 64;
+/// The longest key or value of an entry, in bytes: each distinct value
+/// may be a key held in memory for a whole window.
+pub const MAX_ENTRY_BYTES: usize = 4096;
 
 impl std::fmt::Display for RequestError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,6 +135,7 @@ impl std::fmt::Display for RequestError {
             RequestError::TooManyOverrides => {
                 f.write_str("too many distinct limit overrides in use")
             }
+            RequestError::TooLarge(what) => write!(f, "request too large: {what}"),
         }
     }
 }
@@ -297,6 +311,22 @@ impl RateLimitCore {
         if request.descriptors.is_empty() {
             return Err(RequestError::NoDescriptors);
         }
+        if request.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(RequestError::TooLarge("more than 256 descriptors"));
+        }
+        for d in &request.descriptors {
+            if d.entries.len() > MAX_ENTRIES {
+                return Err(RequestError::TooLarge(
+                    "a descriptor with more than 64 entries",
+                ));
+            }
+            if d.entries
+                .iter()
+                .any(|e| e.key.len() > MAX_ENTRY_BYTES || e.value.len() > MAX_ENTRY_BYTES)
+            {
+                return Err(RequestError::TooLarge("a key or value above 4096 bytes"));
+            }
+        }
         let loaded = Arc::clone(&self.loaded.read());
         let domain = loaded.config.domain(&request.domain);
         // What each descriptor is decided by; `None`: no limit (no match,
@@ -306,7 +336,13 @@ impl RateLimitCore {
         let matches: Vec<Option<Match<'_>>> = request
             .descriptors
             .iter()
-            .map(|d| domain.and_then(|dom| matching(dom, d)))
+            // A descriptor with a `limit` override is not matched: the
+            // override replaces the rules (and their `replaces`).
+            .map(|d| {
+                domain
+                    .filter(|_| d.limit.is_none())
+                    .and_then(|dom| matching(dom, d))
+            })
             .collect();
         for m in matches.iter().flatten() {
             replaced.extend(m.rule.replaces.iter().map(String::as_str));
@@ -380,7 +416,11 @@ impl RateLimitCore {
         } else {
             Code::Ok
         };
-        let response_headers_to_add = self.headers(&statuses);
+        let shadow: Vec<bool> = plans
+            .iter()
+            .map(|p| p.as_ref().is_some_and(|p| p.shadow))
+            .collect();
+        let response_headers_to_add = self.headers(&statuses, &shadow);
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
@@ -415,6 +455,11 @@ impl RateLimitCore {
                 match overrides.get(&id) {
                     Some(l) => Some(Arc::clone(l)),
                     None => {
+                        if overrides.len() >= self.options.max_overrides {
+                            // Quotas whose limiters hold no key (swept
+                            // idle) and that no request holds make room.
+                            overrides.retain(|_, l| !l.is_empty() || Arc::strong_count(l) > 1);
+                        }
                         if overrides.len() >= self.options.max_overrides {
                             return Err(RequestError::TooManyOverrides);
                         }
@@ -456,38 +501,62 @@ impl RateLimitCore {
                 }
             }
             Charge::AllOrNothing => {
-                // Peek every charged plan; charge them together only when
-                // all admit (the crate's all-or-nothing decision, under
-                // the lock stripes of every key).
-                let charged: Vec<(usize, KeyedLimit<String, AnyAlgorithm, UnixClock, _>, u32)> =
-                    plans
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, p)| {
-                            let p = p.as_ref()?;
-                            let limiter = p.limiter.as_ref()?;
-                            let cost = u32::try_from(p.cost).ok().filter(|c| *c > 0)?;
-                            Some((i, KeyedLimit::new(Arc::clone(limiter), p.key.clone()), cost))
-                        })
-                        .collect();
-                let limits: Vec<(&dyn Limit, u32)> = charged
+                // Shadow rules never refuse: each is charged on its own,
+                // outside the decision (an over shadow rule must not hold
+                // back the enforced ones).
+                for (plan, out) in plans.iter().zip(decisions.iter_mut()) {
+                    if let Some(plan) = plan.as_ref().filter(|p| p.shadow) {
+                        *out = Some(plan.check(true));
+                    }
+                }
+                // The enforced plans, charged together only when all
+                // admit (the crate's all-or-nothing decision, under the
+                // lock stripes of every key). One that is over whatever
+                // its counter holds (0 requests, a cost above u32) refuses
+                // the request before anything is charged.
+                let enforced = |p: &&Plan| !p.shadow && p.unit.is_some();
+                let doomed = plans
                     .iter()
-                    .map(|(_, l, c)| (l as &dyn Limit, *c))
-                    .collect();
+                    .flatten()
+                    .filter(enforced)
+                    .any(|p| p.limiter.is_none() || u32::try_from(p.cost).is_err());
+                let mut slot: Vec<Option<usize>> = vec![None; plans.len()];
+                let mut charged = Vec::new();
+                if !doomed {
+                    for (i, p) in plans.iter().enumerate() {
+                        let Some(p) = p.as_ref().filter(enforced) else {
+                            continue;
+                        };
+                        let (Some(limiter), Ok(cost)) = (&p.limiter, u32::try_from(p.cost)) else {
+                            continue;
+                        };
+                        if cost > 0 {
+                            slot[i] = Some(charged.len());
+                            charged
+                                .push((KeyedLimit::new(Arc::clone(limiter), p.key.clone()), cost));
+                        }
+                    }
+                }
+                let limits: Vec<(&dyn Limit, u32)> =
+                    charged.iter().map(|(l, c)| (l as &dyn Limit, *c)).collect();
                 let mut verdicts = vec![Decision::allowed(0, 0, Duration::ZERO); limits.len()];
-                let verdicts =
-                    crate::policy::all_of::decide_costs(&limits, &mut verdicts).map(|_| verdicts);
+                // A member (or members on one state, a descriptor sent
+                // twice) whose cost can never pass: the request is over,
+                // and nothing was charged.
+                let over = match crate::policy::all_of::decide_costs(&limits, &mut verdicts) {
+                    Ok(_) => None,
+                    Err(e) => Some(e.member),
+                };
                 for (i, plan) in plans.iter().enumerate() {
-                    let Some(plan) = plan else { continue };
-                    let verdict = charged
-                        .iter()
-                        .position(|(j, _, _)| *j == i)
-                        .and_then(|k| verdicts.as_ref().ok().map(|v| v[k]));
-                    decisions[i] = Some(match verdict {
-                        Some(d) => Outcome::Decided(d),
-                        // Not charged (cost 0, above u32, no limiter) or a
-                        // cost that can never pass: decided alone.
-                        None => plan.check(false),
+                    let Some(plan) = plan.as_ref().filter(|p| !p.shadow) else {
+                        continue;
+                    };
+                    decisions[i] = Some(match (slot[i], over) {
+                        (Some(k), Some(m)) if k == m => Outcome::Over,
+                        (Some(k), None) => Outcome::Decided(verdicts[k]),
+                        // Not charged: unlimited, cost 0, over whatever
+                        // its counter holds, or refused with the request.
+                        _ => plan.check(false),
                     });
                 }
             }
@@ -499,7 +568,9 @@ impl RateLimitCore {
             .collect()
     }
 
-    fn headers(&self, statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    /// The headers of the binding status among the enforced ones
+    /// (`shadow[i]`: status `i` is a shadow rule's, which binds nothing).
+    fn headers(&self, statuses: &[DescriptorStatus], shadow: &[bool]) -> Vec<HeaderValue> {
         let names = match self.options.headers {
             Headers::Off => return Vec::new(),
             Headers::Draft => [
@@ -513,7 +584,9 @@ impl RateLimitCore {
         // fewest remaining.
         let binding = statuses
             .iter()
-            .filter(|s| s.current_limit.is_some())
+            .zip(shadow)
+            .filter(|(s, shadow)| s.current_limit.is_some() && !**shadow)
+            .map(|(s, _)| s)
             .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
         let Some(s) = binding else {
             return Vec::new();
