@@ -144,19 +144,22 @@ impl std::error::Error for RequestError {}
 
 type Keyed = KeyedRateLimiter<String, AnyAlgorithm, UnixClock>;
 
-/// What identifies a rule's limiter across reloads.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct RuleId {
-    domain: String,
-    path: String,
+/// A rule's limiter, and what it was built for: a reload keeps it for a
+/// rule at the same place with the same quota and algorithm.
+struct RuleLimiter {
     quota: Quota,
     algorithm: AlgorithmKind,
+    limiter: Arc<Keyed>,
 }
+
+/// The limiters of one loaded configuration, by rule place (which starts
+/// with the domain's name, so it is unique across domains).
+type Limiters = HashMap<String, RuleLimiter>;
 
 /// The limiters of one loaded configuration.
 struct Loaded {
     config: Arc<Config>,
-    limiters: HashMap<RuleId, Arc<Keyed>>,
+    limiters: Limiters,
 }
 
 /// The service: a configuration, swapped whole by [`reload`](Self::reload),
@@ -237,10 +240,10 @@ impl RateLimitCore {
 
     fn load(
         config: &Config,
-        old: Option<&HashMap<RuleId, Arc<Keyed>>>,
+        old: Option<&Limiters>,
         clock: &UnixClock,
         options: &Options,
-    ) -> Result<HashMap<RuleId, Arc<Keyed>>, RuleError> {
+    ) -> Result<Limiters, RuleError> {
         let mut limiters = HashMap::new();
         for domain in config.domains() {
             // A domain that asks for a shared store must not be counted in
@@ -262,20 +265,24 @@ impl RateLimitCore {
                 let Some(quota) = quota_of(rule).map_err(|e| error(e.to_string()))? else {
                     continue;
                 };
-                let id = RuleId {
-                    domain: domain.name.clone(),
-                    path: rule.path.clone(),
-                    quota,
-                    algorithm: rule.algorithm,
-                };
-                let limiter = match old.and_then(|o| o.get(&id)) {
-                    Some(l) => Arc::clone(l),
+                let kept = old
+                    .and_then(|o| o.get(&rule.path))
+                    .filter(|r| r.quota == quota && r.algorithm == rule.algorithm);
+                let limiter = match kept {
+                    Some(r) => Arc::clone(&r.limiter),
                     None => Arc::new(
                         Self::limiter(quota, rule.algorithm, clock, options)
                             .map_err(|e| error(e.to_string()))?,
                     ),
                 };
-                limiters.insert(id, limiter);
+                limiters.insert(
+                    rule.path.clone(),
+                    RuleLimiter {
+                        quota,
+                        algorithm: rule.algorithm,
+                        limiter,
+                    },
+                );
             }
         }
         Ok(limiters)
@@ -389,17 +396,11 @@ impl RateLimitCore {
                 requests_per_unit: rule.requests_per_unit,
                 unit: unit.number(),
             };
-            let limiter = quota_of(rule).ok().flatten().and_then(|quota| {
-                loaded
-                    .limiters
-                    .get(&RuleId {
-                        domain: request.domain.clone(),
-                        path: rule.path.clone(),
-                        quota,
-                        algorithm: rule.algorithm,
-                    })
-                    .cloned()
-            });
+            // `None` for a rule of 0 requests: every hit is over.
+            let limiter = loaded
+                .limiters
+                .get(rule.path.as_str())
+                .map(|r| Arc::clone(&r.limiter));
             plans.push(Some(Plan {
                 limiter,
                 key: m.counter_key.clone(),
