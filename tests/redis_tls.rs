@@ -7,8 +7,12 @@
 
 #![cfg(feature = "redis-tls")]
 
+#[path = "support/certs.rs"]
+mod certs;
 #[path = "support/redis_server.rs"]
 mod redis_server;
+
+use certs::Certs;
 
 use rategate::redis::{LeasedLimiter, RedisError, RedisLimiter, Source, SyncedLimiter, Tls};
 use rategate::{FixedWindow, ManualClock, Quota, TokenBucket};
@@ -19,95 +23,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A CA, and a server and a client certificate it signed.
-struct Certs {
-    dir: PathBuf,
+/// The test's certificates as the Redis limiters' TLS settings.
+trait AsTls {
+    fn trusted(&self) -> Tls;
+    fn with_client(&self) -> Tls;
 }
 
-impl Certs {
-    fn make() -> Certs {
-        let dir = std::env::temp_dir().join(format!(
-            "rategate-tls-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("openssl must be installed (apt-get install openssl)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec!["req", "-x509"];
-        ca.extend(ec);
-        ca.extend([
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=rategate test CA",
-        ]);
-        run(&ca);
-        std::fs::write(
-            dir.join("server.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .unwrap();
-        std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-        for who in ["server", "client"] {
-            let key = format!("{who}.key");
-            let csr = format!("{who}.csr");
-            let pem = format!("{who}.pem");
-            let ext = format!("{who}.ext");
-            let mut req = vec!["req"];
-            req.extend(ec);
-            req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"]);
-            run(&req);
-            run(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-            ]);
-        }
-        Certs { dir }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.join(name).to_str().unwrap().to_owned()
-    }
-
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.dir.join(name)).unwrap()
-    }
-
+impl AsTls for Certs {
     fn trusted(&self) -> Tls {
         Tls::new().root_certificate(self.read("ca.pem"))
     }
@@ -115,12 +37,6 @@ impl Certs {
     fn with_client(&self) -> Tls {
         self.trusted()
             .client_certificate(self.read("client.pem"), self.read("client.key"))
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -44,11 +44,15 @@ async fn start_with(yaml: &[&str], options: Options) -> Rls {
         .collect();
     let sources: Vec<(&str, &str)> = sources.iter().map(|(n, y)| (n.as_str(), *y)).collect();
     let config = Config::from_sources(&sources, false).expect("the configuration loads");
-    let core = Arc::new(RateLimitCore::new(config, options).expect("its rules build"));
+    let core = Arc::new(
+        RateLimitCore::new(config, options)
+            .await
+            .expect("its rules build"),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve_on(Arc::clone(&core), listener, async {
+    tokio::spawn(server::serve_on(Arc::clone(&core), listener, None, async {
         let _ = stopped.await;
     }));
     let client = RateLimitServiceClient::connect(format!("http://{addr}"))
@@ -572,7 +576,7 @@ async fn hot_reload() {
         merge_domains: false,
     };
     let mut rls = start(v1).await;
-    rls.core.reload(source.load().unwrap()).unwrap();
+    rls.core.reload(source.load().unwrap()).await.unwrap();
     let watcher = server::watch(Arc::clone(&rls.core), source, Duration::from_millis(20));
     assert_eq!(rls.one("d", &[("k", "v")]).await.limit_remaining, 4);
     // A new rule beside the unchanged one: the old counts stay.
@@ -637,31 +641,6 @@ async fn health() {
         status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
-}
-
-/// A domain that names a shared store is refused, not served from memory.
-#[test]
-fn a_shared_backend_is_refused() {
-    let config = Config::from_sources(
-        &[(
-            "d.yaml",
-            "domain: d\nbackend: { kind: redis, url: \"redis://127.0.0.1/\" }\ndescriptors:\n  - key: k\n",
-        )],
-        false,
-    )
-    .unwrap();
-    let e = RateLimitCore::new(config, Options::default()).unwrap_err();
-    assert_eq!(e.place, "d");
-    assert!(e.message.contains("memory only"), "{e}");
-    let memory = Config::from_sources(
-        &[(
-            "d.yaml",
-            "domain: d\nbackend: { kind: memory }\ndescriptors:\n  - key: k\n",
-        )],
-        false,
-    )
-    .unwrap();
-    assert!(RateLimitCore::new(memory, Options::default()).is_ok());
 }
 
 /// One counter sent several times in a request is charged once per copy:

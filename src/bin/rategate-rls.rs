@@ -45,6 +45,34 @@ struct Args {
     #[arg(long, env = "RLS_MAX_KEYS_PER_RULE", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_keys_per_rule: u32,
+    /// The debug HTTP address: `/metrics` (Prometheus), `/rlconfig` (the
+    /// rules in force), `/healthcheck`; `off` for none.
+    #[arg(long, env = "RLS_DEBUG_LISTEN", default_value = "127.0.0.1:6070", value_parser = listen_or_off)]
+    debug_listen: Listen,
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs
+    /// --tls-key.
+    #[arg(long, env = "RLS_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "RLS_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM); needs
+    /// --tls-cert.
+    #[arg(long, env = "RLS_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+/// An address to listen on, or none.
+#[derive(Debug, Clone, Copy)]
+struct Listen(Option<SocketAddr>);
+
+fn listen_or_off(text: &str) -> Result<Listen, String> {
+    if text == "off" {
+        return Ok(Listen(None));
+    }
+    text.parse()
+        .map(|a| Listen(Some(a)))
+        .map_err(|e| format!("{e} (an address such as 127.0.0.1:6070, or off)"))
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -99,9 +127,35 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         max_keys_per_rule: usize::try_from(args.max_keys_per_rule).unwrap_or(usize::MAX),
         ..Options::default()
     };
-    let core = Arc::new(RateLimitCore::new(source.load()?, options)?);
-    let domains = core.config().domains().count();
-    tracing::info!(listen = %args.listen, config = %args.config.display(), domains, "serving");
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(server::tls_config(
+            cert,
+            key,
+            args.tls_client_ca.as_deref(),
+        )?),
+        _ => None,
+    };
+    let metrics = server::install_metrics();
+    let core = Arc::new(RateLimitCore::new(source.load()?, options).await?);
+    let config = core.config();
+    for domain in config.domains() {
+        if let Some(backend) = domain.backend.as_ref().filter(|b| b.kind != "memory") {
+            // A shared store checks each descriptor's counter on its own:
+            // all-or-nothing holds in memory only.
+            tracing::info!(
+                domain = %domain.name,
+                backend = %backend.kind,
+                "every matched descriptor is charged by its own check on this backend"
+            );
+        }
+    }
+    tracing::info!(
+        listen = %args.listen,
+        tls = tls.is_some(),
+        config = %args.config.display(),
+        domains = config.domains().count(),
+        "serving"
+    );
     let watcher = (args.reload_ms > 0).then(|| {
         server::watch(
             Arc::clone(&core),
@@ -109,7 +163,26 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             Duration::from_millis(args.reload_ms),
         )
     });
-    let shutdown = async {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let debug = match args.debug_listen.0 {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr} (--debug-listen): {e}"))?;
+            tracing::info!(listen = %addr, "debug endpoints: /metrics, /rlconfig, /healthcheck");
+            let mut stopped = stopped.clone();
+            Some(tokio::spawn(server::serve_debug(
+                Arc::clone(&core),
+                metrics,
+                listener,
+                async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                },
+            )))
+        }
+        None => None,
+    };
+    let shutdown = async move {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
@@ -128,10 +201,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         #[cfg(not(unix))]
         let _ = ctrl_c.await;
         tracing::info!("shutting down: finishing the calls in flight");
+        let _ = stop.send(true);
     };
-    let served = server::serve(core, args.listen, shutdown).await;
+    let served = server::serve(core, args.listen, tls, shutdown).await;
     if let Some(w) = watcher {
         w.abort();
+    }
+    if let Some(d) = debug {
+        d.abort();
     }
     served?;
     Ok(())

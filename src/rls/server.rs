@@ -1,5 +1,6 @@
-//! The gRPC server: `ShouldRateLimit` over HTTP/2, `grpc.health.v1`, the
-//! configuration reloaded when its files change, and a graceful shutdown.
+//! The gRPC server: `ShouldRateLimit` over HTTP/2 (TLS optional),
+//! `grpc.health.v1`, the configuration reloaded when its files change, a
+//! graceful shutdown, and the debug HTTP server (`/metrics`, `/rlconfig`).
 
 use super::config::Config;
 use super::service::{RateLimitCore, RequestError};
@@ -7,11 +8,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use metrics_exporter_prometheus::PrometheusHandle;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tonic::transport::ServerTlsConfig;
 use tonic::{Request, Response, Status};
 
 /// The `RateLimitService` of [`RateLimitCore`], for a tonic server.
@@ -36,8 +39,9 @@ impl RateLimitService for Service {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        match self.0.should_rate_limit(request.get_ref()) {
+        match self.0.should_rate_limit(request.get_ref()).await {
             Ok(response) => Ok(Response::new(response)),
+            Err(e @ RequestError::Unavailable(_)) => Err(Status::unavailable(e.to_string())),
             Err(e @ RequestError::TooManyOverrides) => {
                 Err(Status::resource_exhausted(e.to_string()))
             }
@@ -49,7 +53,7 @@ impl RateLimitService for Service {
 /// Serves `core` on `listen` until `shutdown` completes, then stops
 /// accepting and lets the calls in flight finish. The health service
 /// says SERVING for the rate-limit service and the server (`""`) until
-/// then.
+/// then. With `tls`, only TLS connections are served.
 ///
 /// # Errors
 ///
@@ -58,14 +62,42 @@ impl RateLimitService for Service {
 pub async fn serve(
     core: Arc<RateLimitCore>,
     listen: SocketAddr,
+    tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ServeError::Bind(listen, e))?;
-    serve_on(core, listener, shutdown)
+    serve_on(core, listener, tls, shutdown)
         .await
         .map_err(ServeError::Transport)
+}
+
+/// The TLS settings of a server presenting the certificate chain in
+/// `cert` and its key in `key` (PEM files), and, with `client_ca`,
+/// requiring client certificates that CA signed.
+///
+/// # Errors
+///
+/// [`ServeError::Tls`] for a file that is not a regular file of at most
+/// 1 MiB, or cannot be read.
+pub fn tls_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<ServerTlsConfig, ServeError> {
+    let read = |path: &Path| {
+        crate::policy::config::read_pem(path)
+            .map_err(|e| ServeError::Tls(format!("{}: {e}", path.display())))
+    };
+    let mut config = ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
+        read(cert)?,
+        read(key)?,
+    ));
+    if let Some(ca) = client_ca {
+        config = config.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    Ok(config)
 }
 
 /// Why the server stopped.
@@ -74,8 +106,10 @@ pub async fn serve(
 pub enum ServeError {
     /// The listen address could not be bound.
     Bind(SocketAddr, std::io::Error),
-    /// The transport failed.
+    /// The transport failed (a bad certificate or key among its causes).
     Transport(tonic::transport::Error),
+    /// A TLS file could not be read.
+    Tls(String),
 }
 
 impl std::fmt::Display for ServeError {
@@ -83,6 +117,7 @@ impl std::fmt::Display for ServeError {
         match self {
             ServeError::Bind(addr, e) => write!(f, "cannot listen on {addr}: {e}"),
             ServeError::Transport(e) => write!(f, "gRPC transport: {e}"),
+            ServeError::Tls(e) => write!(f, "TLS: {e}"),
         }
     }
 }
@@ -92,6 +127,7 @@ impl std::error::Error for ServeError {
         match self {
             ServeError::Bind(_, e) => Some(e),
             ServeError::Transport(e) => Some(e),
+            ServeError::Tls(_) => None,
         }
     }
 }
@@ -100,10 +136,11 @@ impl std::error::Error for ServeError {
 ///
 /// # Errors
 ///
-/// The transport's, when serving fails.
+/// The transport's, when serving fails or `tls` is not usable.
 pub async fn serve_on(
     core: Arc<RateLimitCore>,
     listener: tokio::net::TcpListener,
+    tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -111,7 +148,11 @@ pub async fn serve_on(
         .set_serving::<RateLimitServiceServer<Service>>()
         .await;
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    builder
         .add_service(health)
         .add_service(Service::new(core).into_server())
         .serve_with_incoming_shutdown(incoming, async move {
@@ -120,6 +161,67 @@ pub async fn serve_on(
                 .set_not_serving::<RateLimitServiceServer<Service>>()
                 .await;
         })
+        .await
+}
+
+/// Installs the process's Prometheus recorder (the `metrics` facade's
+/// global one), which the service's counters and the crate's Redis
+/// metrics then feed, and keeps its histograms drained every 5 s. `None`
+/// if a recorder was installed before.
+pub fn install_metrics() -> Option<PrometheusHandle> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .ok()?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Some(handle)
+}
+
+/// Serves the debug HTTP endpoints on `listener` until `shutdown`
+/// completes: `/metrics` (Prometheus text from `metrics`, 404 without
+/// one), `/rlconfig` (the rules in force,
+/// [`RateLimitCore::effective_rules`]) and `/healthcheck`.
+///
+/// # Errors
+///
+/// The listener's, when serving fails.
+pub async fn serve_debug(
+    core: Arc<RateLimitCore>,
+    metrics: Option<PrometheusHandle>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    let router = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    match metrics {
+                        Some(m) => (StatusCode::OK, m.render()),
+                        None => (StatusCode::NOT_FOUND, "no metrics recorder\n".to_owned()),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/rlconfig",
+            get(move || {
+                let core = Arc::clone(&core);
+                async move { core.effective_rules() }
+            }),
+        )
+        .route("/healthcheck", get(|| async { "OK\n" }));
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
         .await
 }
 
@@ -182,10 +284,10 @@ pub fn watch(
                 continue;
             }
             seen = now;
-            let loaded = source
-                .load()
-                .map_err(|e| e.to_string())
-                .and_then(|config| core.reload(config).map_err(|e| e.to_string()));
+            let loaded = match source.load() {
+                Ok(config) => core.reload(config).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
             match loaded {
                 Ok(()) => log_reload(&source.path, None),
                 Err(e) => log_reload(&source.path, Some(&e)),

@@ -1,19 +1,29 @@
 //! The decisions of Envoy's rate-limit service (RLS v3,
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) on
-//! rategate's in-memory keyed limiters: the matching of
-//! [`config`](super::config), one status per request descriptor, the
-//! overall code, shadow mode, `replaces`, `hits_addend` and the
-//! per-descriptor `limit` override.
+//! rategate's limiters: the matching of [`config`](super::config), one
+//! status per request descriptor, the overall code, shadow mode,
+//! `replaces`, `hits_addend` and the per-descriptor `limit` override.
 //!
-//! Every rule gets one [`KeyedRateLimiter`] of its algorithm, keyed by the
-//! counter key of the request's entries ([`Match::counter_key`]), on a
-//! clock of Unix time, so fixed windows fall on multiples of their unit
-//! from the Unix epoch, as envoyproxy/ratelimit's do. A reload keeps the
-//! limiter (and so the counts) of every rule whose place, quota and
-//! algorithm are unchanged.
+//! Every rule gets one limiter of its algorithm on its domain's backend,
+//! keyed by the counter key of the request's entries
+//! ([`Match::counter_key`]):
+//!
+//! * in memory (no `backend:`, or `kind: memory`): a [`KeyedRateLimiter`]
+//!   on a clock of Unix time, so fixed windows fall on multiples of their
+//!   unit from the Unix epoch, as envoyproxy/ratelimit's do;
+//! * on Redis (`redis`: one atomic script call per descriptor, batched),
+//!   synced (`synced`: local decisions, synced in batches) or leased
+//!   (`leased`: local decisions on slices leased from Redis): a
+//!   [`PolicyLimiter`] built from the `backend:` fields as a policy file's
+//!   `backend` table, its Redis keys named by the rule's place and the
+//!   counter key.
+//!
+//! A reload keeps the limiter (and so the counts) of every rule whose
+//! place, quota, algorithm and backend are unchanged.
 
-use super::config::{Config, Domain, Match, Rule, Unit};
-use crate::policy::{KeyedLimit, Limit};
+use super::config::{BackendSpec, BackendValue, Config, Domain, Match, Rule, Unit};
+use crate::policy::config::{KeyKind, Policy, PolicyLimiter, Store};
+use crate::policy::{KeyedLimit, Limit, TierId};
 use crate::{
     AlgorithmKind, AnyAlgorithm, CheckError, Clock, Decision, KeyedRateLimiter, Quota, UnixClock,
 };
@@ -109,6 +119,10 @@ pub enum RequestError {
     /// [`MAX_ENTRY_BYTES`]: what no gateway sends, and what would cost the
     /// server time or memory out of proportion.
     TooLarge(&'static str),
+    /// A `limit` override on a domain of a shared backend whose limiter
+    /// could not be built (Redis unreachable): gRPC `UNAVAILABLE`, for
+    /// Envoy's `failure_mode_deny` to decide.
+    Unavailable(String),
 }
 
 /// The most descriptors one request may carry.
@@ -136,6 +150,7 @@ impl std::fmt::Display for RequestError {
                 f.write_str("too many distinct limit overrides in use")
             }
             RequestError::TooLarge(what) => write!(f, "request too large: {what}"),
+            RequestError::Unavailable(why) => write!(f, "backend unavailable: {why}"),
         }
     }
 }
@@ -144,29 +159,113 @@ impl std::error::Error for RequestError {}
 
 type Keyed = KeyedRateLimiter<String, AnyAlgorithm, UnixClock>;
 
+/// Where a rule's counters live.
+#[derive(Clone)]
+enum Backend {
+    /// In this process.
+    Memory(Arc<Keyed>),
+    /// In the domain's shared store: Redis, synced or leased.
+    Shared(Arc<PolicyLimiter>),
+}
+
+/// A rule's counters for `/metrics`, in hits (`rategate_rls_*_total`,
+/// labelled with the domain and the rule's place), and the latency of its
+/// shared backend's checks.
+struct RuleStats {
+    hits: metrics::Counter,
+    over_limit: metrics::Counter,
+    near_limit: metrics::Counter,
+    shadow_mode: metrics::Counter,
+    backend_seconds: metrics::Histogram,
+}
+
+impl RuleStats {
+    fn new(domain: &str, rule: &str) -> Arc<RuleStats> {
+        let (d, r) = (domain.to_owned(), rule.to_owned());
+        Arc::new(RuleStats {
+            hits: metrics::counter!("rategate_rls_hits_total", "domain" => d.clone(), "rule" => r.clone()),
+            over_limit: metrics::counter!("rategate_rls_over_limit_total", "domain" => d.clone(), "rule" => r.clone()),
+            near_limit: metrics::counter!("rategate_rls_near_limit_total", "domain" => d.clone(), "rule" => r.clone()),
+            shadow_mode: metrics::counter!("rategate_rls_shadow_mode_total", "domain" => d.clone(), "rule" => r.clone()),
+            backend_seconds: metrics::histogram!("rategate_rls_backend_seconds", "domain" => d, "rule" => r),
+        })
+    }
+
+    /// Counts one descriptor's decision. Near the limit: admitted with
+    /// less than a fifth of the limit left (envoyproxy/ratelimit's 80%).
+    fn record(&self, plan: &Plan, outcome: &Outcome) {
+        self.hits.increment(plan.cost);
+        let over = match outcome {
+            Outcome::Unlimited => return,
+            Outcome::Over => true,
+            Outcome::Decided(d) => {
+                if d.is_allowed() && u64::from(d.remaining()) * 5 < u64::from(d.limit()) {
+                    self.near_limit.increment(plan.cost);
+                }
+                !d.is_allowed()
+            }
+        };
+        if over {
+            if plan.shadow {
+                self.shadow_mode.increment(plan.cost);
+            } else {
+                self.over_limit.increment(plan.cost);
+            }
+        }
+    }
+}
+
 /// A rule's limiter, and what it was built for: a reload keeps it for a
-/// rule at the same place with the same quota and algorithm.
+/// rule at the same place with the same quota, algorithm and backend.
 struct RuleLimiter {
-    quota: Quota,
+    /// `None`: 0 requests per unit (every hit is over).
+    quota: Option<Quota>,
     algorithm: AlgorithmKind,
-    limiter: Arc<Keyed>,
+    /// The domain's `backend:` (`None`: memory with the options' sizes).
+    spec: Option<BackendSpec>,
+    /// `None` for a rule of 0 requests.
+    limiter: Option<Backend>,
+    stats: Arc<RuleStats>,
 }
 
 /// The limiters of one loaded configuration, by rule place (which starts
 /// with the domain's name, so it is unique across domains).
 type Limiters = HashMap<String, RuleLimiter>;
 
-/// The limiters of one loaded configuration.
+/// The limiters of one loaded configuration, and the stores of the
+/// domains on a shared backend (for their `limit` overrides).
 struct Loaded {
     config: Arc<Config>,
     limiters: Limiters,
+    stores: HashMap<String, Store>,
+}
+
+/// The limiter of one `limit` override quota on one domain, and the
+/// store it was built on (`None`: memory).
+struct OverrideLimiter {
+    store: Option<Store>,
+    backend: Backend,
+    stats: Arc<RuleStats>,
+}
+
+impl OverrideLimiter {
+    /// Whether nothing needs it: no request holds it and, in memory, it
+    /// holds no key (its keys swept idle).
+    fn idle(&self) -> bool {
+        match &self.backend {
+            Backend::Memory(l) => l.is_empty() && Arc::strong_count(l) == 1,
+            Backend::Shared(l) => Arc::strong_count(l) == 1,
+        }
+    }
 }
 
 /// The service: a configuration, swapped whole by [`reload`](Self::reload),
 /// and the limiters of its rules.
 pub struct RateLimitCore {
     loaded: RwLock<Arc<Loaded>>,
-    overrides: Mutex<HashMap<(String, Quota), Arc<Keyed>>>,
+    overrides: Mutex<HashMap<(String, Quota), OverrideLimiter>>,
+    /// Held by a reload while it builds (and connects).
+    reloading: tokio::sync::Mutex<()>,
     clock: UnixClock,
     options: Options,
 }
@@ -196,39 +295,134 @@ fn quota_of(rule: &Rule) -> Result<Option<Quota>, crate::QuotaError> {
     }
 }
 
+/// The key prefix of a shared backend without a `prefix` field.
+pub const DEFAULT_PREFIX: &str = "rategate-rls";
+
+/// The fields of a `backend:` whose values are whole numbers, and the one
+/// that is a fraction; every other field is text (or a list of texts).
+const INTEGER_FIELDS: [&str; 6] = [
+    "timeout_ms",
+    "interval_ms",
+    "sweep_interval_ms",
+    "max_keys",
+    "wait_for_replicas",
+    "master_db",
+];
+
+/// `spec` read as a policy file's `backend` table, for a limiter of
+/// `algorithm` in `domain`: every error names the domain and the field.
+fn store_of(
+    domain: &str,
+    spec: &BackendSpec,
+    algorithm: AlgorithmKind,
+) -> Result<Store, RuleError> {
+    use toml::Value;
+    let mut table = toml::Table::new();
+    table.insert("kind".into(), Value::String(spec.kind.clone()));
+    if spec.kind != "memory" && !spec.fields.contains_key("prefix") {
+        table.insert("prefix".into(), Value::String(DEFAULT_PREFIX.into()));
+    }
+    for (name, value) in &spec.fields {
+        let value = match value {
+            BackendValue::List(items) => {
+                Value::Array(items.iter().cloned().map(Value::String).collect())
+            }
+            BackendValue::Text(text) if INTEGER_FIELDS.contains(&name.as_str()) => text
+                .parse::<i64>()
+                .map_or_else(|_| Value::String(text.clone()), Value::Integer),
+            BackendValue::Text(text) if name == "share" => text
+                .parse::<f64>()
+                .map_or_else(|_| Value::String(text.clone()), Value::Float),
+            BackendValue::Text(text) => Value::String(text.clone()),
+        };
+        table.insert(name.clone(), value);
+    }
+    crate::policy::config::store_of(domain, &table, algorithm).map_err(|e| RuleError {
+        place: domain.to_owned(),
+        message: match e.field_name() {
+            Some(field) => format!("{field}: {}", e.message()),
+            None => e.message().to_owned(),
+        },
+    })
+}
+
+/// A shared limiter of `algorithm` and `quota` on `store`, named `name`
+/// (the rule's place) in errors and the crate's policy metrics.
+async fn shared_limiter(
+    name: &str,
+    algorithm: AlgorithmKind,
+    quota: Quota,
+    store: &Store,
+) -> Result<PolicyLimiter, RuleError> {
+    let policy = Policy {
+        name: name.to_owned(),
+        algorithm,
+        key: KeyKind::Global,
+        tiers: vec![("default".to_owned(), quota)],
+        overrides: Vec::new(),
+        backend: store.clone(),
+        shadow: false,
+    };
+    PolicyLimiter::build(&policy, Box::new(|_: &str| TierId::DEFAULT))
+        .await
+        .map_err(|e| RuleError {
+            place: name.to_owned(),
+            message: match e.field_name() {
+                Some(field) => format!("{field}: {}", e.message()),
+                None => e.message().to_owned(),
+            },
+        })
+}
+
+/// The Redis key of a counter: the rule's place (or the domain, for an
+/// override), length-prefixed so that no two places and counter keys
+/// share one.
+fn shared_key(place: &str, counter_key: &str) -> String {
+    format!("{}:{place}:{counter_key}", place.len())
+}
+
 impl RateLimitCore {
-    /// A service deciding by `config`.
+    /// A service deciding by `config`, connecting to the shared backends
+    /// its domains name.
     ///
     /// # Errors
     ///
     /// A rule whose quota the algorithm cannot take (the leaky bucket
-    /// needs at least one request per 1000 s), named by its place.
-    pub fn new(config: Config, options: Options) -> Result<RateLimitCore, RuleError> {
+    /// needs at least one request per 1000 s), named by its place; a
+    /// domain's `backend:` that is not a backend (named by the domain and
+    /// field), or whose Redis cannot be reached.
+    pub async fn new(config: Config, options: Options) -> Result<RateLimitCore, RuleError> {
         let clock = UnixClock::new();
-        let loaded = Self::load(&config, None, &clock, &options)?;
+        let (limiters, stores) = Self::load(&config, None, &clock, &options).await?;
         Ok(RateLimitCore {
             loaded: RwLock::new(Arc::new(Loaded {
                 config: Arc::new(config),
-                limiters: loaded,
+                limiters,
+                stores,
             })),
             overrides: Mutex::new(HashMap::new()),
+            reloading: tokio::sync::Mutex::new(()),
             clock,
             options,
         })
     }
 
-    /// Replaces the configuration. Rules whose place, quota and algorithm
-    /// are unchanged keep their counts; on an error nothing changes.
+    /// Replaces the configuration. Rules whose place, quota, algorithm
+    /// and backend are unchanged keep their counts; on an error nothing
+    /// changes.
     ///
     /// # Errors
     ///
     /// As [`new`](Self::new).
-    pub fn reload(&self, config: Config) -> Result<(), RuleError> {
+    pub async fn reload(&self, config: Config) -> Result<(), RuleError> {
+        let _one_at_a_time = self.reloading.lock().await;
         let old = Arc::clone(&self.loaded.read());
-        let limiters = Self::load(&config, Some(&old.limiters), &self.clock, &self.options)?;
+        let (limiters, stores) =
+            Self::load(&config, Some(&old.limiters), &self.clock, &self.options).await?;
         *self.loaded.write() = Arc::new(Loaded {
             config: Arc::new(config),
             limiters,
+            stores,
         });
         Ok(())
     }
@@ -238,67 +432,145 @@ impl RateLimitCore {
         Arc::clone(&self.loaded.read().config)
     }
 
-    fn load(
+    /// The rules in force, one line each: place, limit, algorithm,
+    /// backend, and the flags that change decisions (what `/rlconfig`
+    /// shows).
+    pub fn effective_rules(&self) -> String {
+        use std::fmt::Write;
+        let loaded = Arc::clone(&self.loaded.read());
+        let mut out = String::new();
+        for domain in loaded.config.domains() {
+            let backend = domain
+                .backend
+                .as_ref()
+                .map_or("memory", |b| b.kind.as_str());
+            let _ = writeln!(out, "domain {} (backend {backend})", domain.name);
+            for rule in domain.rules() {
+                let _ = write!(out, "  {}: ", rule.path);
+                match (rule.unlimited, rule.unit) {
+                    (true, _) => out.push_str("unlimited"),
+                    (false, Some(unit)) => {
+                        let _ = write!(
+                            out,
+                            "{}/{} {}",
+                            rule.requests_per_unit,
+                            unit.name(),
+                            rule.algorithm
+                        );
+                        if let Some(b) = rule.burst {
+                            let _ = write!(out, " burst={b}");
+                        }
+                    }
+                    (false, None) => out.push_str("no limit"),
+                }
+                if let Some(name) = &rule.name {
+                    let _ = write!(out, " name={name}");
+                }
+                if !rule.replaces.is_empty() {
+                    let _ = write!(out, " replaces={}", rule.replaces.join(","));
+                }
+                if rule.shadow_mode {
+                    out.push_str(" shadow_mode");
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    async fn load(
         config: &Config,
         old: Option<&Limiters>,
         clock: &UnixClock,
         options: &Options,
-    ) -> Result<Limiters, RuleError> {
+    ) -> Result<(Limiters, HashMap<String, Store>), RuleError> {
         let mut limiters = HashMap::new();
+        let mut stores = HashMap::new();
         for domain in config.domains() {
-            // A domain that asks for a shared store must not be counted in
-            // this process alone: refused rather than served from memory.
-            if let Some(backend) = domain.backend.as_ref().filter(|b| b.kind != "memory") {
-                return Err(RuleError {
-                    place: domain.name.clone(),
-                    message: format!(
-                        "backend kind '{}': this server decides in memory only",
-                        backend.kind
-                    ),
-                });
+            let spec = domain.backend.as_ref();
+            // The memory backend's sizes, else the options'.
+            let (mut max_keys, mut sweep) = (options.max_keys_per_rule, options.sweep_interval);
+            match spec {
+                Some(s) if s.kind == "memory" => {
+                    if let Store::Memory {
+                        max_keys: keys,
+                        sweep_interval,
+                    } = store_of(&domain.name, s, AlgorithmKind::FixedWindow)?
+                    {
+                        max_keys = keys.unwrap_or(max_keys);
+                        sweep = sweep_interval.unwrap_or(sweep);
+                    }
+                }
+                Some(s) => {
+                    // Overrides are fixed windows, which every shared
+                    // backend takes.
+                    stores.insert(
+                        domain.name.clone(),
+                        store_of(&domain.name, s, AlgorithmKind::FixedWindow)?,
+                    );
+                }
+                None => {}
             }
+            let shared = spec.is_some_and(|s| s.kind != "memory");
             for rule in domain.rules() {
                 let error = |message: String| RuleError {
                     place: rule.path.clone(),
                     message,
                 };
-                let Some(quota) = quota_of(rule).map_err(|e| error(e.to_string()))? else {
+                if rule.unlimited || rule.unit.is_none() {
                     continue;
-                };
-                let kept = old
-                    .and_then(|o| o.get(&rule.path))
-                    .filter(|r| r.quota == quota && r.algorithm == rule.algorithm);
-                let limiter = match kept {
-                    Some(r) => Arc::clone(&r.limiter),
-                    None => Arc::new(
-                        Self::limiter(quota, rule.algorithm, clock, options)
-                            .map_err(|e| error(e.to_string()))?,
-                    ),
+                }
+                let quota = quota_of(rule).map_err(|e| error(e.to_string()))?;
+                let kept = old.and_then(|o| o.get(&rule.path)).filter(|r| {
+                    r.quota == quota && r.algorithm == rule.algorithm && r.spec.as_ref() == spec
+                });
+                let (limiter, stats) = match (kept, quota) {
+                    (Some(r), _) => (r.limiter.clone(), Arc::clone(&r.stats)),
+                    (None, None) => (None, RuleStats::new(&domain.name, &rule.path)),
+                    (None, Some(quota)) => {
+                        let backend = match spec.filter(|_| shared) {
+                            None => Backend::Memory(Arc::new(
+                                Self::limiter(quota, rule.algorithm, clock, max_keys, sweep)
+                                    .map_err(|e| error(e.to_string()))?,
+                            )),
+                            Some(s) => {
+                                let store = store_of(&domain.name, s, rule.algorithm)?;
+                                Backend::Shared(Arc::new(
+                                    shared_limiter(&rule.path, rule.algorithm, quota, &store)
+                                        .await?,
+                                ))
+                            }
+                        };
+                        (Some(backend), RuleStats::new(&domain.name, &rule.path))
+                    }
                 };
                 limiters.insert(
                     rule.path.clone(),
                     RuleLimiter {
                         quota,
                         algorithm: rule.algorithm,
+                        spec: spec.cloned(),
                         limiter,
+                        stats,
                     },
                 );
             }
         }
-        Ok(limiters)
+        Ok((limiters, stores))
     }
 
     fn limiter(
         quota: Quota,
         algorithm: AlgorithmKind,
         clock: &UnixClock,
-        options: &Options,
+        max_keys: usize,
+        sweep: Duration,
     ) -> Result<Keyed, crate::QuotaError> {
         KeyedRateLimiter::<String, AnyAlgorithm>::builder(quota)
             .clock(clock.clone())
             .algorithm(AnyAlgorithm::new(algorithm, &quota)?)
-            .max_keys(options.max_keys_per_rule)
-            .auto_sweep(options.sweep_interval)
+            .max_keys(max_keys)
+            .auto_sweep(sweep)
             .build()
     }
 
@@ -307,8 +579,9 @@ impl RateLimitCore {
     /// # Errors
     ///
     /// [`RequestError`] for a request without a domain or descriptors, an
-    /// override with a bad unit, or one override quota too many.
-    pub fn should_rate_limit(
+    /// override with a bad unit, one override quota too many, or an
+    /// override whose shared backend cannot be reached.
+    pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, RequestError> {
@@ -365,13 +638,17 @@ impl RateLimitCore {
                 let unit =
                     Unit::from_number(over.unit).ok_or(RequestError::BadOverrideUnit(over.unit))?;
                 let key = counter_key(descriptor);
-                plans.push(Some(self.override_plan(
-                    &request.domain,
-                    over.requests_per_unit,
-                    unit,
-                    key,
-                    cost,
-                )?));
+                plans.push(Some(
+                    self.override_plan(
+                        &loaded,
+                        &request.domain,
+                        over.requests_per_unit,
+                        unit,
+                        key,
+                        cost,
+                    )
+                    .await?,
+                ));
                 continue;
             }
             let Some(m) = m else {
@@ -396,21 +673,41 @@ impl RateLimitCore {
                 requests_per_unit: rule.requests_per_unit,
                 unit: unit.number(),
             };
+            let found = loaded.limiters.get(rule.path.as_str());
             // `None` for a rule of 0 requests: every hit is over.
-            let limiter = loaded
-                .limiters
-                .get(rule.path.as_str())
-                .map(|r| Arc::clone(&r.limiter));
+            let limiter = found.and_then(|r| r.limiter.clone());
+            let key = match &limiter {
+                Some(Backend::Shared(_)) => shared_key(&rule.path, &m.counter_key),
+                _ => m.counter_key.clone(),
+            };
             plans.push(Some(Plan {
                 limiter,
-                key: m.counter_key.clone(),
+                key,
                 cost,
                 current: Some(current),
                 unit: Some(unit),
                 shadow: rule.shadow_mode,
+                stats: found.map(|r| Arc::clone(&r.stats)),
             }));
         }
-        let statuses = self.decide(&plans);
+        let now = self.clock.now();
+        let outcomes = if plans.iter().flatten().any(Plan::is_shared) {
+            self.decide_shared(&plans).await
+        } else {
+            self.decide_memory(&plans)
+        };
+        for (plan, outcome) in plans.iter().zip(&outcomes) {
+            if let (Some(plan), Some(outcome)) = (plan, outcome)
+                && let Some(stats) = &plan.stats
+            {
+                stats.record(plan, outcome);
+            }
+        }
+        let statuses: Vec<DescriptorStatus> = plans
+            .iter()
+            .zip(outcomes)
+            .map(|(plan, outcome)| status(plan.as_ref(), outcome, now))
+            .collect();
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
         let overall = if over && !self.options.shadow_mode {
             Code::OverLimit
@@ -430,8 +727,11 @@ impl RateLimitCore {
         })
     }
 
-    fn override_plan(
+    /// The plan of a descriptor's `limit` override: a fixed window of its
+    /// quota on the domain's backend, one limiter per quota and domain.
+    async fn override_plan(
         &self,
+        loaded: &Loaded,
         domain: &str,
         requests_per_unit: u32,
         unit: Unit,
@@ -448,36 +748,72 @@ impl RateLimitCore {
         } else {
             Quota::with_period(requests_per_unit, Duration::from_secs(unit.seconds())).ok()
         };
-        let limiter = match quota {
-            None => None,
+        let store = loaded.stores.get(domain);
+        let (limiter, stats) = match quota {
+            None => (None, None),
             Some(quota) => {
-                let mut overrides = self.overrides.lock();
                 let id = (domain.to_owned(), quota);
-                match overrides.get(&id) {
-                    Some(l) => Some(Arc::clone(l)),
+                let found = |overrides: &HashMap<(String, Quota), OverrideLimiter>| {
+                    overrides
+                        .get(&id)
+                        .filter(|o| o.store.as_ref() == store)
+                        .map(|o| (o.backend.clone(), Arc::clone(&o.stats)))
+                };
+                let existing = found(&self.overrides.lock());
+                let (backend, stats) = match existing {
+                    Some(found) => found,
                     None => {
-                        if overrides.len() >= self.options.max_overrides {
-                            // Quotas whose limiters hold no key (swept
-                            // idle) and that no request holds make room.
-                            overrides.retain(|_, l| !l.is_empty() || Arc::strong_count(l) > 1);
+                        // Built outside the lock (a shared one connects);
+                        // a concurrent build of the same quota loses to
+                        // the first inserted.
+                        let backend = match store {
+                            None => Backend::Memory(Arc::new(
+                                Self::limiter(
+                                    quota,
+                                    AlgorithmKind::FixedWindow,
+                                    &self.clock,
+                                    self.options.max_keys_per_rule,
+                                    self.options.sweep_interval,
+                                )
+                                .map_err(|_| RequestError::BadOverrideUnit(unit.number()))?,
+                            )),
+                            Some(store) => Backend::Shared(Arc::new(
+                                shared_limiter(domain, AlgorithmKind::FixedWindow, quota, store)
+                                    .await
+                                    .map_err(|e| RequestError::Unavailable(e.message))?,
+                            )),
+                        };
+                        let mut overrides = self.overrides.lock();
+                        match found(&overrides) {
+                            Some(found) => found,
+                            None => {
+                                if overrides.len() >= self.options.max_overrides {
+                                    // Quotas that nothing needs make room.
+                                    overrides.retain(|_, o| !o.idle());
+                                }
+                                if overrides.len() >= self.options.max_overrides {
+                                    return Err(RequestError::TooManyOverrides);
+                                }
+                                let stats = RuleStats::new(domain, "override");
+                                overrides.insert(
+                                    id,
+                                    OverrideLimiter {
+                                        store: store.cloned(),
+                                        backend: backend.clone(),
+                                        stats: Arc::clone(&stats),
+                                    },
+                                );
+                                (backend, stats)
+                            }
                         }
-                        if overrides.len() >= self.options.max_overrides {
-                            return Err(RequestError::TooManyOverrides);
-                        }
-                        let limiter = Arc::new(
-                            Self::limiter(
-                                quota,
-                                AlgorithmKind::FixedWindow,
-                                &self.clock,
-                                &self.options,
-                            )
-                            .map_err(|_| RequestError::BadOverrideUnit(unit.number()))?,
-                        );
-                        overrides.insert(id, Arc::clone(&limiter));
-                        Some(limiter)
                     }
-                }
+                };
+                (Some(backend), Some(stats))
             }
+        };
+        let key = match &limiter {
+            Some(Backend::Shared(_)) => shared_key(domain, &key),
+            _ => key,
         };
         Ok(Plan {
             limiter,
@@ -486,18 +822,18 @@ impl RateLimitCore {
             current,
             unit: Some(unit),
             shadow: false,
+            stats,
         })
     }
 
-    /// Each plan's status, charging as the options say.
-    fn decide(&self, plans: &[Option<Plan>]) -> Vec<DescriptorStatus> {
-        let now = self.clock.now();
+    /// Each plan's outcome, all in memory, charging as the options say.
+    fn decide_memory(&self, plans: &[Option<Plan>]) -> Vec<Option<Outcome>> {
         let mut decisions: Vec<Option<Outcome>> = plans.iter().map(|_| None).collect();
         match self.options.charge {
             Charge::EveryMatch => {
                 for (plan, out) in plans.iter().zip(decisions.iter_mut()) {
                     if let Some(plan) = plan {
-                        *out = Some(plan.check(true));
+                        *out = Some(plan.check_memory(true));
                     }
                 }
             }
@@ -507,7 +843,7 @@ impl RateLimitCore {
                 // back the enforced ones).
                 for (plan, out) in plans.iter().zip(decisions.iter_mut()) {
                     if let Some(plan) = plan.as_ref().filter(|p| p.shadow) {
-                        *out = Some(plan.check(true));
+                        *out = Some(plan.check_memory(true));
                     }
                 }
                 // The enforced plans, charged together only when all
@@ -515,20 +851,21 @@ impl RateLimitCore {
                 // lock stripes of every key). One that is over whatever
                 // its counter holds (0 requests, a cost above u32) refuses
                 // the request before anything is charged.
-                let enforced = |p: &&Plan| !p.shadow && p.unit.is_some();
                 let doomed = plans
                     .iter()
                     .flatten()
-                    .filter(enforced)
-                    .any(|p| p.limiter.is_none() || u32::try_from(p.cost).is_err());
+                    .filter(|p| p.enforced())
+                    .any(Plan::doomed);
                 let mut slot: Vec<Option<usize>> = vec![None; plans.len()];
                 let mut charged = Vec::new();
                 if !doomed {
                     for (i, p) in plans.iter().enumerate() {
-                        let Some(p) = p.as_ref().filter(enforced) else {
+                        let Some(p) = p.as_ref().filter(|p| p.enforced()) else {
                             continue;
                         };
-                        let (Some(limiter), Ok(cost)) = (&p.limiter, u32::try_from(p.cost)) else {
+                        let (Some(Backend::Memory(limiter)), Ok(cost)) =
+                            (&p.limiter, u32::try_from(p.cost))
+                        else {
                             continue;
                         };
                         if cost > 0 {
@@ -557,16 +894,32 @@ impl RateLimitCore {
                         (Some(k), None) => Outcome::Decided(verdicts[k]),
                         // Not charged: unlimited, cost 0, over whatever
                         // its counter holds, or refused with the request.
-                        _ => plan.check(false),
+                        _ => plan.check_memory(false),
                     });
                 }
             }
         }
-        plans
-            .iter()
-            .zip(decisions)
-            .map(|(plan, outcome)| status(plan.as_ref(), outcome, now))
-            .collect()
+        decisions
+    }
+
+    /// Each plan's outcome on a domain of a shared backend: every
+    /// descriptor's counter is charged by its own atomic check, all at
+    /// once (a shared store has no all-or-nothing across keys). With
+    /// [`Charge::AllOrNothing`] a request refused outright (a rule of 0
+    /// requests, a cost above u32) charges none of its enforced
+    /// descriptors.
+    async fn decide_shared(&self, plans: &[Option<Plan>]) -> Vec<Option<Outcome>> {
+        let doomed = self.options.charge == Charge::AllOrNothing
+            && plans
+                .iter()
+                .flatten()
+                .filter(|p| p.enforced())
+                .any(Plan::doomed);
+        let checks = plans.iter().map(|plan| async move {
+            let plan = plan.as_ref()?;
+            Some(plan.check(!doomed || plan.shadow).await)
+        });
+        futures_util::future::join_all(checks).await
     }
 
     /// The headers of the binding status among the enforced ones
@@ -630,13 +983,15 @@ impl std::error::Error for RuleError {}
 /// How one descriptor is decided.
 struct Plan {
     /// `None`: every hit is over (0 requests per unit) or unlimited.
-    limiter: Option<Arc<Keyed>>,
+    limiter: Option<Backend>,
     key: String,
     cost: u64,
     current: Option<RateLimit>,
     /// `None`: unlimited.
     unit: Option<Unit>,
     shadow: bool,
+    /// `None`: unlimited.
+    stats: Option<Arc<RuleStats>>,
 }
 
 enum Outcome {
@@ -656,18 +1011,45 @@ impl Plan {
             current: None,
             unit: None,
             shadow: false,
+            stats: None,
         }
     }
 
-    /// Decides this plan alone; `commit`: records an admission.
-    fn check(&self, commit: bool) -> Outcome {
+    fn is_shared(&self) -> bool {
+        matches!(self.limiter, Some(Backend::Shared(_)))
+    }
+
+    /// Whether it can refuse the request: a limit not in shadow mode.
+    fn enforced(&self) -> bool {
+        !self.shadow && self.unit.is_some()
+    }
+
+    /// Whether it is over whatever its counter holds: a rule of 0
+    /// requests, or a cost above u32.
+    fn doomed(&self) -> bool {
+        self.limiter.is_none() || u32::try_from(self.cost).is_err()
+    }
+
+    /// The outcome before any check: unlimited, over whatever the counter
+    /// holds, or the cost to check.
+    fn settled(&self) -> Result<u32, Outcome> {
         if self.unit.is_none() {
-            return Outcome::Unlimited;
+            return Err(Outcome::Unlimited);
         }
-        let Some(limiter) = &self.limiter else {
-            return Outcome::Over;
+        if self.limiter.is_none() {
+            return Err(Outcome::Over);
+        }
+        u32::try_from(self.cost).map_err(|_| Outcome::Over)
+    }
+
+    /// Decides this plan alone, in memory; `commit`: records an
+    /// admission.
+    fn check_memory(&self, commit: bool) -> Outcome {
+        let cost = match self.settled() {
+            Ok(cost) => cost,
+            Err(outcome) => return outcome,
         };
-        let Ok(cost) = u32::try_from(self.cost) else {
+        let Some(Backend::Memory(limiter)) = &self.limiter else {
             return Outcome::Over;
         };
         let result = if commit && cost > 0 {
@@ -675,10 +1057,38 @@ impl Plan {
         } else {
             limiter.peek_n(self.key.as_str(), cost)
         };
-        match result {
-            Ok(d) => Outcome::Decided(d),
-            Err(CheckError::CostExceedsCapacity { .. }) => Outcome::Over,
+        outcome(result)
+    }
+
+    /// Decides this plan alone, on any backend; `commit`: records an
+    /// admission (a shared backend's look is a check of cost 0).
+    async fn check(&self, commit: bool) -> Outcome {
+        let cost = match self.settled() {
+            Ok(cost) => cost,
+            Err(outcome) => return outcome,
+        };
+        match &self.limiter {
+            Some(Backend::Shared(limiter)) => {
+                let started = std::time::Instant::now();
+                let result = limiter
+                    .check_n(self.key.as_str(), if commit { cost } else { 0 })
+                    .await;
+                if let Some(stats) = &self.stats {
+                    stats
+                        .backend_seconds
+                        .record(started.elapsed().as_secs_f64());
+                }
+                outcome(result.map(|d| d.decision()))
+            }
+            _ => self.check_memory(commit),
         }
+    }
+}
+
+fn outcome(result: Result<Decision, CheckError>) -> Outcome {
+    match result {
+        Ok(d) => Outcome::Decided(d),
+        Err(CheckError::CostExceedsCapacity { .. }) => Outcome::Over,
     }
 }
 

@@ -94,6 +94,10 @@ pub(crate) const ZERO_MAX_KEYS: &str = "must be at least 1: with max_keys = 0 ev
 
 pub use build::{DynResolver, MemoryTiers, PolicyDecision, PolicyLimiter, TierLimiters};
 pub use parse::PolicyFile;
+#[cfg(feature = "rls")]
+pub(crate) use parse::store_of;
+#[cfg(feature = "rls")]
+pub(crate) use redis::read_pem;
 #[cfg(feature = "redis")]
 pub use redis::{AnyRedisLimiter, AnySyncedLimiter};
 

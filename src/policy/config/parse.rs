@@ -200,6 +200,18 @@ fn sub_table<'a>(policy: &str, field: &str, value: &'a Value) -> Result<&'a Tabl
     }
 }
 
+/// A backend table (`kind` and its fields) read as a policy file's
+/// `backend` is, for a limiter named `name` of `algorithm`: errors name
+/// `name` and the field (`backend.url`).
+#[cfg(feature = "rls")]
+pub(crate) fn store_of(
+    name: &str,
+    table: &Table,
+    algorithm: AlgorithmKind,
+) -> Result<Store, ConfigError> {
+    backend(name, Some(&Value::Table(table.clone())), algorithm)
+}
+
 /// The `backend` field: a kind's name or a table with `kind`.
 fn backend(
     policy: &str,

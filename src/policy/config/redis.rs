@@ -201,7 +201,7 @@ const MAX_PEM_BYTES: u64 = 1 << 20;
 
 /// A PEM file's bytes: a regular file of at most [`MAX_PEM_BYTES`] (not a
 /// device or a pipe, whose reads would never end).
-fn read_pem(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_pem(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     // The path's kind before opening it: opening a FIFO blocks until a
     // writer comes. (Swapped for one between the two calls, it is caught

@@ -1,0 +1,358 @@
+//! `rategate-rls` on its shared backends, against real `redis-server`s on
+//! free loopback ports: one count across two servers on Redis and on a
+//! Redis Cluster, every algorithm deciding as in memory, exact counting
+//! under concurrent gRPC calls, overrides on Redis, synced and leased
+//! domains, the store-down policy once Redis is killed, and backends that
+//! are refused.
+#![cfg(feature = "rls")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use rategate::rls::config::Config;
+use rategate::rls::server;
+use rategate::rls::service::{Charge, Options, RateLimitCore};
+use redis_server::{RedisCluster, RedisServer};
+use std::sync::Arc;
+use std::time::Duration;
+
+const HOUR: i32 = 3;
+
+fn config(yaml: &str) -> Config {
+    Config::from_sources(&[("c.yaml", yaml)], false).expect("the configuration loads")
+}
+
+async fn core(yaml: &str) -> RateLimitCore {
+    RateLimitCore::new(config(yaml), Options::default())
+        .await
+        .expect("its rules build")
+}
+
+fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+/// Whether `core` admits one descriptor `key=value` in domain `d`.
+async fn admits(core: &RateLimitCore, key: &str, value: &str) -> bool {
+    let r = core
+        .should_rate_limit(&request("d", &[&[(key, value)]]))
+        .await
+        .expect("a decision");
+    r.overall_code == Code::Ok as i32
+}
+
+/// A domain on `backend` (a YAML flow mapping) with one rule per
+/// algorithm, 5 an hour each.
+fn every_algorithm(backend: &str) -> String {
+    let mut yaml = format!("domain: d\nbackend: {backend}\ndescriptors:\n");
+    for algorithm in [
+        "fixed_window",
+        "sliding_window_log",
+        "sliding_window_counter",
+        "token_bucket",
+        "leaky_bucket",
+    ] {
+        yaml.push_str(&format!(
+            "  - key: {algorithm}\n    rate_limit: {{ unit: hour, requests_per_unit: 5, algorithm: {algorithm} }}\n"
+        ));
+    }
+    yaml
+}
+
+/// Every algorithm on Redis admits what it admits in memory, and two
+/// servers on one Redis share its counts.
+#[test]
+fn redis_decides_as_memory_and_servers_share_counts() {
+    let redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let backend = format!(
+            "{{ kind: redis, url: \"{}\", timeout_ms: 1000 }}",
+            redis.url()
+        );
+        let memory = core(&every_algorithm("{ kind: memory }")).await;
+        let a = core(&every_algorithm(&backend)).await;
+        let b = core(&every_algorithm(&backend)).await;
+        for algorithm in [
+            "fixed_window",
+            "sliding_window_log",
+            "sliding_window_counter",
+            "token_bucket",
+            "leaky_bucket",
+        ] {
+            let mut expected = Vec::new();
+            let mut got = Vec::new();
+            for i in 0..8 {
+                expected.push(admits(&memory, algorithm, "k").await);
+                // The two servers take turns on one counter.
+                let server = if i % 2 == 0 { &a } else { &b };
+                got.push(admits(server, algorithm, "k").await);
+            }
+            assert_eq!(got, expected, "{algorithm}");
+            assert!(got[0], "{algorithm}: the first request passes");
+            assert!(!got[7], "{algorithm}: the eighth of 5 an hour does not");
+        }
+    });
+}
+
+/// 50 concurrent gRPC calls on a 10-an-hour key admit exactly 10, on a
+/// single Redis and on a Redis Cluster, each through two servers.
+#[test]
+fn exact_under_concurrency_on_redis_and_cluster() {
+    let redis = RedisServer::start();
+    let cluster = RedisCluster::start();
+    let cluster_list = cluster
+        .urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for backend in [
+        format!("{{ kind: redis, url: \"{}\" }}", redis.url()),
+        format!("{{ kind: redis, cluster: [{cluster_list}] }}"),
+    ] {
+        let yaml = format!(
+            "domain: d\nbackend: {backend}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 10 }}\n"
+        );
+        redis_server::runtime().block_on(async {
+            let mut clients = Vec::new();
+            let mut stops = Vec::new();
+            for _ in 0..2 {
+                let core = Arc::new(core(&yaml).await);
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                tokio::spawn(server::serve_on(core, listener, None, async {
+                    let _ = stopped.await;
+                }));
+                stops.push(stop);
+                clients.push(
+                    RateLimitServiceClient::connect(format!("http://{addr}"))
+                        .await
+                        .unwrap(),
+                );
+            }
+            let barrier = Arc::new(tokio::sync::Barrier::new(50));
+            let calls: Vec<_> = (0..50)
+                .map(|i| {
+                    let mut client = clients[i % 2].clone();
+                    let barrier = Arc::clone(&barrier);
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        let r = client
+                            .should_rate_limit(request("d", &[&[("user", "hot")]]))
+                            .await
+                            .unwrap()
+                            .into_inner();
+                        r.overall_code == Code::Ok as i32
+                    })
+                })
+                .collect();
+            let mut admitted = 0;
+            for call in calls {
+                admitted += usize::from(call.await.unwrap());
+            }
+            assert_eq!(admitted, 10, "{backend}");
+            drop(stops);
+        });
+    }
+}
+
+/// A `limit` override on a Redis domain counts in Redis, across servers.
+#[test]
+fn overrides_count_in_redis() {
+    let redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let yaml = format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"{}\" }}\ndescriptors:\n  - key: k\n",
+            redis.url()
+        );
+        let (a, b) = (core(&yaml).await, core(&yaml).await);
+        let mut over = request("d", &[&[("k", "v")]]);
+        over.descriptors[0].limit = Some(RateLimitOverride {
+            requests_per_unit: 3,
+            unit: HOUR,
+        });
+        let mut admitted = Vec::new();
+        for i in 0..5 {
+            let core = if i % 2 == 0 { &a } else { &b };
+            let r = core.should_rate_limit(&over).await.unwrap();
+            admitted.push(r.overall_code == Code::Ok as i32);
+            assert_eq!(
+                r.statuses[0]
+                    .current_limit
+                    .as_ref()
+                    .unwrap()
+                    .requests_per_unit,
+                3
+            );
+        }
+        assert_eq!(admitted, [true, true, true, false, false]);
+        let keys = redis.cli(&["KEYS", "rategate-rls:*"]).unwrap_or_default();
+        assert!(
+            !keys.trim().is_empty(),
+            "the override's counter is in Redis"
+        );
+    });
+}
+
+/// A request refused outright (a rule of 0 requests beside a limited one)
+/// charges nothing on Redis with all-or-nothing, and every matched
+/// descriptor with every-match.
+#[test]
+fn refused_outright_charges_nothing_on_redis() {
+    let redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let yaml = format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"{}\" }}\ndescriptors:\n  - key: blocked\n    rate_limit: {{ unit: hour, requests_per_unit: 0 }}\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
+            redis.url()
+        );
+        for (charge, left) in [(Charge::AllOrNothing, 4), (Charge::EveryMatch, 2)] {
+            let options = Options {
+                charge,
+                ..Options::default()
+            };
+            let core = RateLimitCore::new(config(&yaml), options).await.unwrap();
+            let name = format!("{charge:?}");
+            let both = request("d", &[&[("blocked", "x")], &[("user", &name)]]);
+            for _ in 0..2 {
+                let r = core.should_rate_limit(&both).await.unwrap();
+                assert_eq!(r.overall_code, Code::OverLimit as i32);
+            }
+            let r = core
+                .should_rate_limit(&request("d", &[&[("user", &name)]]))
+                .await
+                .unwrap();
+            assert_eq!(r.statuses[0].limit_remaining, left, "{charge:?}");
+        }
+    });
+}
+
+/// Once Redis is killed, the domain's store-down policy decides:
+/// `closed` refuses, `open` admits, within the timeout.
+#[test]
+fn store_down_per_domain() {
+    let mut redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let yaml = |down: &str| {
+            format!(
+                "domain: d\nbackend: {{ kind: redis, url: \"{}\", timeout_ms: 100, store_down: {down} }}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
+                redis.url()
+            )
+        };
+        let closed = core(&yaml("closed")).await;
+        let open = core(&yaml("open")).await;
+        assert!(admits(&closed, "user", "a").await);
+        assert!(admits(&open, "user", "b").await);
+        redis.kill();
+        let started = std::time::Instant::now();
+        assert!(!admits(&closed, "user", "a").await, "closed refuses");
+        assert!(admits(&open, "user", "b").await, "open admits");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    });
+}
+
+/// A synced domain decides locally and learns the other server's counts
+/// of a key at its next sync of the key; a leased one never admits more than the limit over
+/// both servers.
+#[test]
+fn synced_and_leased_domains() {
+    let redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let yaml = |kind: &str| {
+            format!(
+                "domain: d\nbackend: {{ kind: {kind}, url: \"{}\", interval_ms: 50 }}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 10 }}\n",
+                redis.url()
+            )
+        };
+        let (a, b) = (core(&yaml("synced")).await, core(&yaml("synced")).await);
+        let mut first = 0;
+        for _ in 0..6 {
+            first += usize::from(admits(&a, "user", "s").await);
+        }
+        assert_eq!(first, 6);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        // A key new to b is decided locally until b's first sync of it.
+        assert!(admits(&b, "user", "s").await);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let mut second = 0;
+        for _ in 0..10 {
+            second += usize::from(admits(&b, "user", "s").await);
+        }
+        assert_eq!(second, 3, "b knows a's 6 after a sync");
+
+        let (a, b) = (core(&yaml("leased")).await, core(&yaml("leased")).await);
+        let mut admitted = 0;
+        for i in 0..30 {
+            let core = if i % 2 == 0 { &a } else { &b };
+            admitted += usize::from(admits(core, "user", "l").await);
+        }
+        assert!(
+            (1..=10).contains(&admitted),
+            "leases bound the two servers: {admitted}"
+        );
+    });
+}
+
+/// A `backend:` that is not a backend, or whose Redis cannot be reached,
+/// is refused by the domain and field; a synced domain refuses an
+/// algorithm it cannot sync, by the rule.
+#[test]
+fn bad_backends_are_refused() {
+    redis_server::runtime().block_on(async {
+        let refused = |yaml: String| async move {
+            RateLimitCore::new(config(&yaml), Options::default())
+                .await
+                .unwrap_err()
+        };
+        let rule = "descriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
+        let e = refused(format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"redis://127.0.0.1:1/\", timeout_ms: nope }}\n{rule}"
+        ))
+        .await;
+        assert_eq!(e.place, "d");
+        assert!(e.message.starts_with("backend.timeout_ms"), "{e}");
+        let e = refused(format!("domain: d\nbackend: {{ kind: redis }}\n{rule}")).await;
+        assert_eq!(e.place, "d");
+        assert!(e.message.contains("url"), "{e}");
+        let port = redis_server::free_port();
+        let e = refused(format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"redis://127.0.0.1:{port}/\", timeout_ms: 200 }}\n{rule}"
+        ))
+        .await;
+        assert_eq!(e.place, "d.k");
+        assert!(e.message.starts_with("backend.url"), "{e}");
+        let e = refused(format!(
+            "domain: d\nbackend: {{ kind: synced, url: \"redis://127.0.0.1:{port}/\" }}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: 5, algorithm: leaky_bucket }}\n"
+        ))
+        .await;
+        assert!(e.message.contains("cannot be synced"), "{e}");
+        let e = refused(format!(
+            "domain: d\nbackend: {{ kind: memory, max_keys: 0 }}\n{rule}"
+        ))
+        .await;
+        assert!(e.message.starts_with("backend.max_keys"), "{e}");
+    });
+}
