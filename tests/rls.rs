@@ -402,6 +402,144 @@ descriptors:
     assert_eq!(limit_of(&r.statuses[1]), Some((10, SECOND)));
 }
 
+/// README example 4: a rule matches a request exactly as deep as it is;
+/// a deeper request finds the nested key-only rule, or nothing.
+#[tokio::test]
+async fn readme_example_4_depth() {
+    let shallow = "domain: example4
+descriptors:
+  - key: key
+    value: value
+    rate_limit:
+      requests_per_unit: 300
+      unit: second
+";
+    let nested = "domain: example4
+descriptors:
+  - key: key
+    value: value
+    descriptors:
+      - key: subkey
+        rate_limit:
+          requests_per_unit: 300
+          unit: second
+";
+    let deep = [("key", "value"), ("subkey", "subvalue")];
+    let mut rls = start(shallow).await;
+    let s = rls.one("example4", &deep).await;
+    assert_eq!(s.current_limit, None, "a rule one level up does not match");
+    let s = rls.one("example4", &[("key", "value")]).await;
+    assert_eq!(
+        (limit_of(&s), s.limit_remaining),
+        (Some((300, SECOND)), 299)
+    );
+    let mut rls = start(nested).await;
+    let s = rls.one("example4", &deep).await;
+    assert_eq!(
+        (limit_of(&s), s.limit_remaining),
+        (Some((300, SECOND)), 299)
+    );
+    let s = rls.one("example4", &[("key", "value")]).await;
+    assert_eq!(s.current_limit, None, "the parent has no rule of its own");
+}
+
+/// README example 8: a key's value rule before its key-only rule; other
+/// values get the key-only limit, each its own counter
+/// (`detailed_metric` names metrics only).
+#[tokio::test]
+async fn readme_example_8_value_before_key() {
+    let mut rls = start(
+        "domain: example8
+descriptors:
+  - key: key1
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+",
+    )
+    .await;
+    let s = rls.one("example8", &[("key1", "value1")]).await;
+    assert_eq!((limit_of(&s), s.limit_remaining), (Some((20, MINUTE)), 19));
+    for value in ["unspecified_value", "unspecified_value2"] {
+        let s = rls.one("example8", &[("key1", value)]).await;
+        assert_eq!((limit_of(&s), s.limit_remaining), (Some((10, MINUTE)), 9));
+    }
+}
+
+/// README example 10: three levels of keys, and a wildcard value in the
+/// middle (`value_to_metric` names metrics only).
+#[tokio::test]
+async fn readme_example_10_nested_and_wildcard() {
+    let mut rls = start_with(
+        &[
+            "domain: example10
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit:
+              unit: minute
+              requests_per_unit: 60
+",
+            "domain: example10_wildcard
+descriptors:
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit:
+              unit: minute
+              requests_per_unit: 100
+",
+        ],
+        Options::default(),
+    )
+    .await;
+    let three = [
+        ("route", "draw"),
+        ("http_method", "GET"),
+        ("subject_id", "123"),
+    ];
+    let s = rls.one("example10", &three).await;
+    assert_eq!((limit_of(&s), s.limit_remaining), (Some((60, MINUTE)), 59));
+    let other = [
+        ("route", "draw"),
+        ("http_method", "GET"),
+        ("subject_id", "456"),
+    ];
+    assert_eq!(rls.one("example10", &other).await.limit_remaining, 59);
+    let two = rls.one("example10", &three[..2]).await;
+    assert_eq!(two.current_limit, None, "too shallow");
+    let read = [
+        ("user", "alice"),
+        ("action", "readFile"),
+        ("resource", "r1"),
+    ];
+    let s = rls.one("example10_wildcard", &read).await;
+    assert_eq!((limit_of(&s), s.limit_remaining), (Some((100, MINUTE)), 99));
+    let write = [
+        ("user", "alice"),
+        ("action", "writeFile"),
+        ("resource", "r1"),
+    ];
+    let s = rls.one("example10_wildcard", &write).await;
+    assert_eq!(s.current_limit, None, "the wildcard does not match");
+}
+
 /// README example 9 and 11: wildcards, each value its own counter, or
 /// one shared counter with `share_threshold`.
 #[tokio::test]

@@ -135,6 +135,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )?),
         _ => None,
     };
+    // Bound first: a taken port fails before any backend is connected,
+    // and "serving" is logged only once the address is held.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| server::ServeError::Bind(args.listen, e))?;
     let metrics = server::install_metrics();
     let core = Arc::new(RateLimitCore::new(source.load()?, options).await?);
     let config = core.config();
@@ -203,7 +208,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tracing::info!("shutting down: finishing the calls in flight");
         let _ = stop.send(true);
     };
-    let served = server::serve(core, args.listen, tls, shutdown).await;
+    let served = server::serve_on(core, listener, tls, shutdown).await;
     if let Some(w) = watcher {
         w.abort();
     }

@@ -397,6 +397,28 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
     true
 }
 
+/// The counter key of `entries` (key and value pairs), encoded as
+/// [`Match::counter_key`] is, with every value as given: the key of a
+/// descriptor's `limit` override.
+pub(crate) fn counter_key<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut key = String::new();
+    for (k, v) in entries {
+        push_entry(&mut key, k, v);
+    }
+    key
+}
+
+/// Appends one entry to a counter key: `_` between entries, then the key
+/// and value escaped, joined by `_`.
+fn push_entry(out: &mut String, key: &str, value: &str) {
+    if !out.is_empty() {
+        out.push('_');
+    }
+    push_escaped(out, key);
+    out.push('_');
+    push_escaped(out, value);
+}
+
 /// Appends `text` to a counter key with `\` and `_` escaped by a `\`, so
 /// that the unescaped `_` separators split the key back into its parts.
 fn push_escaped(out: &mut String, text: &str) {
@@ -447,12 +469,7 @@ impl Domain {
                 Some(pattern) if by_wildcard => pattern.as_str(),
                 _ => value,
             };
-            if i > 0 {
-                counter_key.push('_');
-            }
-            push_escaped(&mut counter_key, key);
-            counter_key.push('_');
-            push_escaped(&mut counter_key, shown);
+            push_entry(&mut counter_key, key, shown);
             if i + 1 == entries.len() {
                 let rule = &self.rules[node.rule?];
                 return Some(Match { rule, counter_key });

@@ -1150,20 +1150,15 @@ fn matching<'a>(domain: &'a Domain, descriptor: &RateLimitDescriptor) -> Option<
     domain.matching(&entries)
 }
 
-/// The counter key of an override: the request's entries, each length
-/// prefixed so that no two lists of entries share one.
+/// The counter key of an override: the request's entries, encoded as a
+/// rule's counter key is.
 fn counter_key(descriptor: &RateLimitDescriptor) -> String {
-    let mut key = String::from("override");
-    for e in &descriptor.entries {
-        key.push_str(&format!(
-            ":{}:{}:{}:{}",
-            e.key.len(),
-            e.key,
-            e.value.len(),
-            e.value
-        ));
-    }
-    key
+    super::config::counter_key(
+        descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str())),
+    )
 }
 
 /// The descriptor's hits: its own `hits_addend` when set (0 checks
