@@ -147,7 +147,8 @@ pub async fn serve_on(
     reporter
         .set_serving::<RateLimitServiceServer<Service>>()
         .await;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // No Nagle delay: a decision is one small frame, awaited by a request.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
