@@ -45,6 +45,11 @@ struct Args {
     #[arg(long, env = "RLS_MAX_KEYS_PER_RULE", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_keys_per_rule: u32,
+    /// Threads deciding requests (1: one thread does everything, with no
+    /// hand-offs between threads; the default is one per core).
+    #[arg(long, env = "RLS_THREADS", default_value_t = default_threads(),
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: u32,
     /// The debug HTTP address: `/metrics` (Prometheus), `/rlconfig` (the
     /// rules in force), `/healthcheck`; `off` for none.
     #[arg(long, env = "RLS_DEBUG_LISTEN", default_value = "127.0.0.1:6070", value_parser = listen_or_off)]
@@ -60,6 +65,10 @@ struct Args {
     /// --tls-cert.
     #[arg(long, env = "RLS_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+}
+
+fn default_threads() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1024))
 }
 
 /// An address to listen on, or none.
@@ -88,8 +97,7 @@ enum HeadersArg {
     Ietf,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -99,7 +107,25 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    match run(Args::parse()).await {
+    let args = Args::parse();
+    // One thread: a current-thread runtime, no wake-ups across threads.
+    let runtime = match args.threads {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.try_into().unwrap_or(usize::MAX))
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
