@@ -361,6 +361,12 @@ fn bad_files_name_the_policy_and_the_field() {
             "at least 1 ms",
         ),
         (
+            "[policies.d]\nquota = \"10/s\"\nbackend = { kind = \"memory\", sweep_interval_ms = 9223372036854775807 }",
+            Some("d"),
+            Some("backend.sweep_interval_ms"),
+            "at most 86400000 (a day)",
+        ),
+        (
             "[policies.c]\nquota = \"10/s\"\nkey = \"header:Authorization\"",
             Some("c"),
             Some("key"),

@@ -874,6 +874,48 @@ descriptors:
     assert_eq!(rls.one("d", &[("global", "all")]).await.limit_remaining, 9);
 }
 
+/// Rules whose places coincide (key `a_b`, and key `a` with value `b`;
+/// domain `x` with key `y.z`, and domain `x.y` with key `z`) keep
+/// limiters of their own.
+#[tokio::test]
+async fn rules_of_one_place_keep_their_own_limits() {
+    let mut rls = start_with(
+        &[
+            "domain: d
+descriptors:
+  - key: a_b
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: a
+    value: b
+    rate_limit: { unit: hour, requests_per_unit: 100 }
+",
+            "domain: x
+descriptors:
+  - key: y.z
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+",
+            "domain: x.y
+descriptors:
+  - key: z
+    rate_limit: { unit: hour, requests_per_unit: 0 }
+",
+        ],
+        Options::default(),
+    )
+    .await;
+    assert!(ok(&rls.one("d", &[("a_b", "x")]).await));
+    let second = rls.one("d", &[("a_b", "x")]).await;
+    assert_eq!(second.code, Code::OverLimit as i32, "1 an hour");
+    let ab = rls.one("d", &[("a", "b")]).await;
+    assert_eq!(ab.limit_remaining, 99, "a counter of its own");
+    assert!(
+        ok(&rls.one("x", &[("y.z", "v")]).await),
+        "not domain x.y's 0"
+    );
+    let z = rls.one("x.y", &[("z", "v")]).await;
+    assert_eq!(z.code, Code::OverLimit as i32);
+}
+
 /// Requests larger than any gateway sends are refused by code.
 #[tokio::test]
 async fn oversized_requests_are_refused() {

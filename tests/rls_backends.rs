@@ -356,3 +356,129 @@ fn bad_backends_are_refused() {
         assert!(e.message.starts_with("backend.max_keys"), "{e}");
     });
 }
+
+/// The process's open file descriptors.
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn with_override(entries: &[(&str, &str)], requests_per_unit: u32) -> RateLimitRequest {
+    let mut r = request("d", &[entries]);
+    r.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit,
+        unit: HOUR,
+    });
+    r
+}
+
+/// An override sent to domain `x.y` never reaches domain `x`'s counters,
+/// though `x.y` is also the place of `x`'s rule `y`.
+#[test]
+fn an_override_never_spends_another_domains_counter() {
+    let redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let b = format!("{{ kind: redis, url: \"{}\" }}", redis.url());
+        let config = Config::from_sources(
+            &[
+                ("x.yaml", &format!("domain: x\nbackend: {b}\ndescriptors:\n  - key: y\n    rate_limit: {{ unit: hour, requests_per_unit: 2 }}\n")),
+                ("xy.yaml", &format!("domain: x.y\nbackend: {b}\ndescriptors:\n  - key: other\n    rate_limit: {{ unit: hour, requests_per_unit: 9 }}\n")),
+            ],
+            false,
+        )
+        .unwrap();
+        let core = RateLimitCore::new(config, Options::default()).await.unwrap();
+        let mut attack = request("x.y", &[&[("y", "victim")]]);
+        attack.descriptors[0].limit = Some(RateLimitOverride {
+            requests_per_unit: 2,
+            unit: HOUR,
+        });
+        for _ in 0..3 {
+            core.should_rate_limit(&attack).await.unwrap();
+        }
+        let victim = core
+            .should_rate_limit(&request("x", &[&[("y", "victim")]]))
+            .await
+            .unwrap();
+        assert_eq!(victim.statuses[0].limit_remaining, 1, "x's own counter");
+    });
+}
+
+/// Override quotas on a Redis domain hold at most
+/// `max_shared_overrides` limiters (two connections each); a new quota
+/// beyond them is refused, and the rules keep deciding.
+#[test]
+fn override_quotas_on_redis_are_bounded() {
+    let redis = RedisServer::start();
+    redis_server::runtime().block_on(async {
+        let yaml = format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"{}\" }}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
+            redis.url()
+        );
+        let options = Options {
+            max_shared_overrides: 8,
+            ..Options::default()
+        };
+        let core = RateLimitCore::new(config(&yaml), options).await.unwrap();
+        let before = fds();
+        let mut refused = 0;
+        for n in 1..=200 {
+            match core.should_rate_limit(&with_override(&[("k", "v")], n)).await {
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(e.to_string().contains("too many"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!(refused, 192);
+        assert!(fds() <= before + 2 * 8 + 4, "{before} -> {}", fds());
+        assert!(admits(&core, "k", "v").await);
+    });
+}
+
+/// With Redis hung, a request with a new override quota fails
+/// (`UNAVAILABLE`) within the backend's timeout, and the calls that come
+/// after it within a second fail at once, connecting nothing.
+#[test]
+fn overrides_on_a_hung_redis_fail_fast() {
+    let redis = RedisServer::start();
+    let info = redis.cli(&["INFO", "server"]).unwrap();
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    redis_server::runtime().block_on(async {
+        let yaml = format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"{}\", timeout_ms: 100 }}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
+            redis.url()
+        );
+        let core = core(&yaml).await;
+        let signal = |sig: &str| {
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+        };
+        signal("-STOP");
+        let before = fds();
+        let started = std::time::Instant::now();
+        let calls = (0..100u32).map(|n| {
+            let core = &core;
+            async move {
+                core.should_rate_limit(&with_override(&[("k", "v")], 1 + n % 3))
+                    .await
+                    .unwrap_err()
+                    .to_string()
+            }
+        });
+        let errors = futures_util::future::join_all(calls).await;
+        let took = started.elapsed();
+        let grew = fds().saturating_sub(before);
+        signal("-CONT");
+        assert!(errors.iter().all(|e| e.contains("unavailable")), "{errors:?}");
+        assert!(took < Duration::from_millis(600), "{took:?}");
+        assert!(grew <= 4, "{grew} descriptors opened");
+    });
+}

@@ -183,6 +183,80 @@ fn bad_tls_files_are_refused() {
     }
 }
 
+/// A certificate without its key, an empty file or junk in PEM armour is
+/// refused by `tls_config`, naming the files, before any server starts.
+#[test]
+fn tls_pairs_are_checked() {
+    let certs = Certs::make();
+    let (server, client_key) = (certs.path("server.pem"), certs.path("client.key"));
+    let e = server::tls_config(Path::new(&server), Path::new(&client_key), None).unwrap_err();
+    assert!(
+        e.to_string().contains("not the certificate's") && e.to_string().contains("client.key"),
+        "{e}"
+    );
+    let empty = certs.path("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let e = server::tls_config(Path::new(&empty), Path::new(&empty), None).unwrap_err();
+    assert!(e.to_string().contains("no certificate"), "{e}");
+    let junk = certs.path("junk.pem");
+    std::fs::write(
+        &junk,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let key = certs.path("server.key");
+    assert!(server::tls_config(Path::new(&junk), Path::new(&key), None).is_err());
+}
+
+/// A client's `hits_addend` of u64::MAX cannot wrap the counters, and a
+/// descriptor a refused request did not charge is not near its limit.
+#[test]
+fn metrics_hold_against_hostile_costs() {
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n  - key: b\n    rate_limit: { unit: hour, requests_per_unit: 0 }\n";
+    let config = Config::from_sources(&[("c.yaml", yaml)], false).unwrap();
+    let core = metrics::with_local_recorder(&recorder, || {
+        rt.block_on(RateLimitCore::new(config, Options::default()))
+    })
+    .unwrap();
+    rt.block_on(async {
+        // 9 of 10: near the limit.
+        let mut nine = request("a", "1");
+        nine.descriptors[0].hits_addend = Some(UInt64Value { value: 9 });
+        assert_eq!(
+            core.should_rate_limit(&nine).await.unwrap().overall_code,
+            Code::Ok as i32
+        );
+        // b refuses: a is looked at (1 left), not charged, not counted near.
+        let mut both = request("a", "1");
+        both.descriptors
+            .push(request("b", "1").descriptors.remove(0));
+        assert_eq!(
+            core.should_rate_limit(&both).await.unwrap().overall_code,
+            Code::OverLimit as i32
+        );
+        let mut huge = request("a", "1");
+        huge.descriptors[0].hits_addend = Some(UInt64Value { value: u64::MAX });
+        core.should_rate_limit(&huge).await.unwrap();
+    });
+    let text = handle.render();
+    let a = r#"domain="d",rule="d.a""#;
+    let cap = f64::from(u32::MAX);
+    assert_eq!(
+        sample(&text, "rategate_rls_hits_total", a),
+        Some(10.0 + cap),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "rategate_rls_over_limit_total", a), Some(cap));
+    assert_eq!(sample(&text, "rategate_rls_near_limit_total", a), Some(9.0));
+}
+
 /// One GET on `addr`: the status line and the body.
 async fn get(addr: SocketAddr, path: &str) -> (String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

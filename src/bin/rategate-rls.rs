@@ -186,8 +186,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+    let bound = listener.local_addr().unwrap_or(args.listen);
     tracing::info!(
-        listen = %args.listen,
+        listen = %bound,
         tls = tls.is_some(),
         config = %args.config.display(),
         domains = config.domains().count(),

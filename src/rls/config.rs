@@ -229,8 +229,16 @@ pub struct Rule {
     pub burst: Option<u32>,
     /// The rule's place for logs and metrics: the domain and each level's
     /// `key` or `key_value`, dotted (`test-domain.key1_value1.subkey1`), as
-    /// envoyproxy's stats name it.
+    /// envoyproxy's stats name it. Two rules may share a place (key `a_b`
+    /// and key `a` with value `b`; domain `x` with key `y.z` and domain
+    /// `x.y` with key `z`): [`id`](Self::id) tells them apart.
     pub path: String,
+    /// The rule's identity, unique in the configuration: the domain
+    /// (length-prefixed), then for each level `_`, its key and `_`, its
+    /// value, with `\` and `_` in them escaped as in a counter key
+    /// ([`Match::counter_key`]). What the service keys a rule's limiter
+    /// and its Redis counters on.
+    pub id: String,
 }
 
 /// A domain's `backend:` (rategate's): where its counters live. Kept as
@@ -626,6 +634,7 @@ impl Config {
         tree.load(
             &mut domain.root,
             &format!("{}.", root.domain),
+            &format!("{}:{}:", root.domain.len(), root.domain),
             root.descriptors,
         )
     }
@@ -675,11 +684,13 @@ struct Tree<'a> {
 }
 
 impl Tree<'_> {
-    /// `parent` is the dotted path of the level, with a trailing `.`.
+    /// `parent` is the dotted path of the level, with a trailing `.`;
+    /// `parent_id` the identity of the level (see [`Rule::id`]).
     fn load(
         &mut self,
         level: &mut Level,
         parent: &str,
+        parent_id: &str,
         descriptors: Vec<RawDescriptor>,
     ) -> Result<(), ConfigError> {
         for d in descriptors {
@@ -693,11 +704,18 @@ impl Tree<'_> {
                 format!("{}_{}", d.key, d.value)
             };
             let path = format!("{parent}{final_key}");
+            // After the domain's part (length-prefixed), each level adds
+            // `_`, its escaped key, `_` and its escaped value.
+            let mut id = parent_id.to_owned();
+            id.push('_');
+            push_escaped(&mut id, &d.key);
+            id.push('_');
+            push_escaped(&mut id, &d.value);
             if level.contains(&d.key, &d.value) {
                 return Err(err(format!("duplicate descriptor composite key '{path}'")));
             }
             let rule = match &d.rate_limit {
-                Some(rate_limit) => Some(self.rule(rate_limit, &path, &d)?),
+                Some(rate_limit) => Some(self.rule(rate_limit, &path, &id, &d)?),
                 None => None,
             };
             if d.share_threshold && !d.value.contains('*') {
@@ -716,7 +734,7 @@ impl Tree<'_> {
                 share_pattern: d.share_threshold.then(|| d.value.clone()),
                 children: Level::default(),
             };
-            self.load(&mut node.children, &format!("{path}."), d.descriptors)?;
+            self.load(&mut node.children, &format!("{path}."), &id, d.descriptors)?;
             level.insert(d.key, d.value, node);
         }
         Ok(())
@@ -724,7 +742,13 @@ impl Tree<'_> {
 
     /// A `rate_limit` block's checks, in envoyproxy's order (unit, then
     /// replaces), then rategate's (algorithm, burst).
-    fn rule(&self, raw: &RawRateLimit, path: &str, d: &RawDescriptor) -> Result<Rule, ConfigError> {
+    fn rule(
+        &self,
+        raw: &RawRateLimit,
+        path: &str,
+        id: &str,
+        d: &RawDescriptor,
+    ) -> Result<Rule, ConfigError> {
         let err = |message: String| ConfigError::new(self.file, Some(&raw.place), message);
         let unit = Unit::from_name(&raw.unit);
         if raw.unlimited {
@@ -786,6 +810,7 @@ impl Tree<'_> {
             algorithm,
             burst: raw.burst,
             path: path.to_owned(),
+            id: id.to_owned(),
         })
     }
 }

@@ -90,10 +90,11 @@ pub fn tls_config(
         crate::policy::config::read_pem(path)
             .map_err(|e| ServeError::Tls(format!("{}: {e}", path.display())))
     };
-    let mut config = ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-        read(cert)?,
-        read(key)?,
-    ));
+    let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+    check_identity(&cert_pem, &key_pem)
+        .map_err(|e| ServeError::Tls(format!("{} and {}: {e}", cert.display(), key.display())))?;
+    let mut config =
+        ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
     if let Some(ca) = client_ca {
         config = config.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
     }
@@ -163,6 +164,29 @@ pub async fn serve_on(
                 .await;
         })
         .await
+}
+
+/// Whether `cert_pem` holds a certificate chain and `key_pem` its private
+/// key: checked now, so that a bad pair is refused before the server
+/// starts rather than by its first handshake.
+fn check_identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the certificate chain does not read: {e}"))?;
+    if chain.is_empty() {
+        return Err("no certificate in the certificate file".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| format!("the private key does not read: {e}"))?;
+    let signer = rustls::crypto::ring::default_provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("the private key is not usable: {e}"))?;
+    rustls::sign::CertifiedKey::new(chain, signer)
+        .keys_match()
+        .map_err(|e| format!("the key is not the certificate's: {e}"))
 }
 
 /// Installs the process's Prometheus recorder (the `metrics` facade's

@@ -24,6 +24,7 @@
 use super::config::{BackendSpec, BackendValue, Config, Domain, Match, Rule, Unit};
 use crate::policy::config::{KeyKind, Policy, PolicyLimiter, Store};
 use crate::policy::{KeyedLimit, Limit, TierId};
+use crate::sync::{AtomicU64, Ordering};
 use crate::{
     AlgorithmKind, AnyAlgorithm, CheckError, Clock, Decision, KeyedRateLimiter, Quota, UnixClock,
 };
@@ -84,6 +85,11 @@ pub struct Options {
     /// once; a request with a new one beyond it is refused
     /// ([`RequestError::TooManyOverrides`]).
     pub max_overrides: usize,
+    /// The most distinct override quotas held at once on the domains of
+    /// shared backends: each holds its own Redis connections. One unused
+    /// for a minute makes room for a new one; beyond that a request with a
+    /// new quota is refused ([`RequestError::TooManyOverrides`]).
+    pub max_shared_overrides: usize,
     /// How often idle keys are swept.
     pub sweep_interval: Duration,
 }
@@ -96,6 +102,7 @@ impl Default for Options {
             headers: Headers::default(),
             max_keys_per_rule: 1_000_000,
             max_overrides: 1_000,
+            max_shared_overrides: 64,
             sweep_interval: Duration::from_secs(10),
         }
     }
@@ -112,7 +119,8 @@ pub enum RequestError {
     NoDescriptors,
     /// A descriptor's `limit` override has an unknown or unset unit.
     BadOverrideUnit(i32),
-    /// A new override quota beyond [`Options::max_overrides`].
+    /// A new override quota beyond [`Options::max_overrides`] (or
+    /// [`Options::max_shared_overrides`] on a shared backend).
     TooManyOverrides,
     /// More than [`MAX_DESCRIPTORS`] descriptors, more than
     /// [`MAX_ENTRIES`] entries in one, or a key or value longer than
@@ -191,25 +199,29 @@ impl RuleStats {
         })
     }
 
-    /// Counts one descriptor's decision. Near the limit: admitted with
-    /// less than a fifth of the limit left (envoyproxy/ratelimit's 80%).
-    fn record(&self, plan: &Plan, outcome: &Outcome) {
-        self.hits.increment(plan.cost);
+    /// Counts one descriptor's decision, its cost capped at u32 (what a
+    /// limit can hold; a client's u64 must not wrap the counters). Near
+    /// the limit: charged, with less than a fifth of the limit left
+    /// (envoyproxy/ratelimit's 80%).
+    fn record(&self, plan: &Plan, outcome: &Outcome, charged: bool) {
+        let hits = plan.cost.min(u64::from(u32::MAX));
+        self.hits.increment(hits);
         let over = match outcome {
             Outcome::Unlimited => return,
             Outcome::Over => true,
             Outcome::Decided(d) => {
-                if d.is_allowed() && u64::from(d.remaining()) * 5 < u64::from(d.limit()) {
-                    self.near_limit.increment(plan.cost);
+                if charged && d.is_allowed() && u64::from(d.remaining()) * 5 < u64::from(d.limit())
+                {
+                    self.near_limit.increment(hits);
                 }
                 !d.is_allowed()
             }
         };
         if over {
             if plan.shadow {
-                self.shadow_mode.increment(plan.cost);
+                self.shadow_mode.increment(hits);
             } else {
-                self.over_limit.increment(plan.cost);
+                self.over_limit.increment(hits);
             }
         }
     }
@@ -228,8 +240,7 @@ struct RuleLimiter {
     stats: Arc<RuleStats>,
 }
 
-/// The limiters of one loaded configuration, by rule place (which starts
-/// with the domain's name, so it is unique across domains).
+/// The limiters of one loaded configuration, by rule [`id`](Rule::id).
 type Limiters = HashMap<String, RuleLimiter>;
 
 /// The limiters of one loaded configuration, and the stores of the
@@ -246,6 +257,11 @@ struct OverrideLimiter {
     store: Option<Store>,
     backend: Backend,
     stats: Arc<RuleStats>,
+    /// When a request last used it, in Unix seconds (shared ones only are
+    /// evicted by it). Relaxed loads and stores: a hint for eviction that
+    /// orders no other memory (an eviction that reads it stale removes a
+    /// limiter a request may still hold through its own `Arc`).
+    last_used: AtomicU64,
 }
 
 impl OverrideLimiter {
@@ -266,6 +282,9 @@ pub struct RateLimitCore {
     overrides: Mutex<HashMap<(String, Quota), OverrideLimiter>>,
     /// Held by a reload while it builds (and connects).
     reloading: tokio::sync::Mutex<()>,
+    /// Held while a shared override's limiter is built, so one connects at
+    /// a time; and, by domain, until when a failed build is not retried.
+    shared_builds: tokio::sync::Mutex<HashMap<String, std::time::Instant>>,
     clock: UnixClock,
     options: Options,
 }
@@ -374,11 +393,11 @@ async fn shared_limiter(
         })
 }
 
-/// The Redis key of a counter: the rule's place (or the domain, for an
-/// override), length-prefixed so that no two places and counter keys
-/// share one.
-fn shared_key(place: &str, counter_key: &str) -> String {
-    format!("{}:{place}:{counter_key}", place.len())
+/// The Redis key of a counter: `r` and the rule's [`id`](Rule::id), or
+/// `o` and the domain for an override, length-prefixed, then the counter
+/// key: no two rules, domains or overrides share one.
+fn shared_key(tag: char, owner: &str, counter_key: &str) -> String {
+    format!("{tag}{}:{owner}{counter_key}", owner.len())
 }
 
 impl RateLimitCore {
@@ -402,6 +421,7 @@ impl RateLimitCore {
             })),
             overrides: Mutex::new(HashMap::new()),
             reloading: tokio::sync::Mutex::new(()),
+            shared_builds: tokio::sync::Mutex::new(HashMap::new()),
             clock,
             options,
         })
@@ -444,9 +464,14 @@ impl RateLimitCore {
                 .backend
                 .as_ref()
                 .map_or("memory", |b| b.kind.as_str());
-            let _ = writeln!(out, "domain {} (backend {backend})", domain.name);
+            // Names are the configuration's: escaped, one rule a line.
+            let _ = writeln!(
+                out,
+                "domain {} (backend {backend})",
+                domain.name.escape_debug()
+            );
             for rule in domain.rules() {
-                let _ = write!(out, "  {}: ", rule.path);
+                let _ = write!(out, "  {}: ", rule.path.escape_debug());
                 match (rule.unlimited, rule.unit) {
                     (true, _) => out.push_str("unlimited"),
                     (false, Some(unit)) => {
@@ -464,10 +489,10 @@ impl RateLimitCore {
                     (false, None) => out.push_str("no limit"),
                 }
                 if let Some(name) = &rule.name {
-                    let _ = write!(out, " name={name}");
+                    let _ = write!(out, " name={}", name.escape_debug());
                 }
                 if !rule.replaces.is_empty() {
-                    let _ = write!(out, " replaces={}", rule.replaces.join(","));
+                    let _ = write!(out, " replaces={}", rule.replaces.join(",").escape_debug());
                 }
                 if rule.shadow_mode {
                     out.push_str(" shadow_mode");
@@ -521,7 +546,7 @@ impl RateLimitCore {
                     continue;
                 }
                 let quota = quota_of(rule).map_err(|e| error(e.to_string()))?;
-                let kept = old.and_then(|o| o.get(&rule.path)).filter(|r| {
+                let kept = old.and_then(|o| o.get(&rule.id)).filter(|r| {
                     r.quota == quota && r.algorithm == rule.algorithm && r.spec.as_ref() == spec
                 });
                 let (limiter, stats) = match (kept, quota) {
@@ -545,7 +570,7 @@ impl RateLimitCore {
                     }
                 };
                 limiters.insert(
-                    rule.path.clone(),
+                    rule.id.clone(),
                     RuleLimiter {
                         quota,
                         algorithm: rule.algorithm,
@@ -673,11 +698,11 @@ impl RateLimitCore {
                 requests_per_unit: rule.requests_per_unit,
                 unit: unit.number(),
             };
-            let found = loaded.limiters.get(rule.path.as_str());
+            let found = loaded.limiters.get(rule.id.as_str());
             // `None` for a rule of 0 requests: every hit is over.
             let limiter = found.and_then(|r| r.limiter.clone());
             let key = match &limiter {
-                Some(Backend::Shared(_)) => shared_key(&rule.path, &m.counter_key),
+                Some(Backend::Shared(_)) => shared_key('r', &rule.id, &m.counter_key),
                 _ => m.counter_key.clone(),
             };
             plans.push(Some(Plan {
@@ -691,16 +716,37 @@ impl RateLimitCore {
             }));
         }
         let now = self.clock.now();
-        let outcomes = if plans.iter().flatten().any(Plan::is_shared) {
-            self.decide_shared(&plans).await
+        let all_or_nothing = self.options.charge == Charge::AllOrNothing;
+        // Refused outright: a rule of 0 requests or a cost above u32.
+        let doomed = plans
+            .iter()
+            .flatten()
+            .filter(|p| p.enforced())
+            .any(Plan::doomed);
+        let shared = plans.iter().flatten().any(Plan::is_shared);
+        let outcomes = if shared {
+            self.decide_shared(&plans, all_or_nothing && doomed).await
         } else {
             self.decide_memory(&plans)
         };
+        // Whether the enforced plans were charged: always with every
+        // match; all or nothing, unless the request was refused (on a
+        // shared backend, unless refused outright).
+        let refused = plans.iter().zip(&outcomes).any(|(p, o)| {
+            let enforced = p.as_ref().is_some_and(Plan::enforced);
+            enforced
+                && match o {
+                    Some(Outcome::Over) => true,
+                    Some(Outcome::Decided(d)) => !d.is_allowed(),
+                    _ => false,
+                }
+        });
+        let enforced_charged = !all_or_nothing || if shared { !doomed } else { !refused };
         for (plan, outcome) in plans.iter().zip(&outcomes) {
             if let (Some(plan), Some(outcome)) = (plan, outcome)
                 && let Some(stats) = &plan.stats
             {
-                stats.record(plan, outcome);
+                stats.record(plan, outcome, plan.shadow || enforced_charged);
             }
         }
         let statuses: Vec<DescriptorStatus> = plans
@@ -753,66 +799,18 @@ impl RateLimitCore {
             None => (None, None),
             Some(quota) => {
                 let id = (domain.to_owned(), quota);
-                let found = |overrides: &HashMap<(String, Quota), OverrideLimiter>| {
-                    overrides
-                        .get(&id)
-                        .filter(|o| o.store.as_ref() == store)
-                        .map(|o| (o.backend.clone(), Arc::clone(&o.stats)))
-                };
-                let existing = found(&self.overrides.lock());
-                let (backend, stats) = match existing {
+                let (backend, stats) = match self.found_override(&id, store) {
                     Some(found) => found,
-                    None => {
-                        // Built outside the lock (a shared one connects);
-                        // a concurrent build of the same quota loses to
-                        // the first inserted.
-                        let backend = match store {
-                            None => Backend::Memory(Arc::new(
-                                Self::limiter(
-                                    quota,
-                                    AlgorithmKind::FixedWindow,
-                                    &self.clock,
-                                    self.options.max_keys_per_rule,
-                                    self.options.sweep_interval,
-                                )
-                                .map_err(|_| RequestError::BadOverrideUnit(unit.number()))?,
-                            )),
-                            Some(store) => Backend::Shared(Arc::new(
-                                shared_limiter(domain, AlgorithmKind::FixedWindow, quota, store)
-                                    .await
-                                    .map_err(|e| RequestError::Unavailable(e.message))?,
-                            )),
-                        };
-                        let mut overrides = self.overrides.lock();
-                        match found(&overrides) {
-                            Some(found) => found,
-                            None => {
-                                if overrides.len() >= self.options.max_overrides {
-                                    // Quotas that nothing needs make room.
-                                    overrides.retain(|_, o| !o.idle());
-                                }
-                                if overrides.len() >= self.options.max_overrides {
-                                    return Err(RequestError::TooManyOverrides);
-                                }
-                                let stats = RuleStats::new(domain, "override");
-                                overrides.insert(
-                                    id,
-                                    OverrideLimiter {
-                                        store: store.cloned(),
-                                        backend: backend.clone(),
-                                        stats: Arc::clone(&stats),
-                                    },
-                                );
-                                (backend, stats)
-                            }
-                        }
-                    }
+                    None => match store {
+                        None => self.memory_override(id, quota, unit)?,
+                        Some(store) => self.shared_override(id, quota, store).await?,
+                    },
                 };
                 (Some(backend), Some(stats))
             }
         };
         let key = match &limiter {
-            Some(Backend::Shared(_)) => shared_key(domain, &key),
+            Some(Backend::Shared(_)) => shared_key('o', domain, &key),
             _ => key,
         };
         Ok(Plan {
@@ -824,6 +822,148 @@ impl RateLimitCore {
             shadow: false,
             stats,
         })
+    }
+
+    /// The override limiter of `id` built on `store`, marked used now.
+    fn found_override(
+        &self,
+        id: &(String, Quota),
+        store: Option<&Store>,
+    ) -> Option<(Backend, Arc<RuleStats>)> {
+        let overrides = self.overrides.lock();
+        let o = overrides.get(id).filter(|o| o.store.as_ref() == store)?;
+        o.last_used.store(self.seconds(), Ordering::Relaxed);
+        Some((o.backend.clone(), Arc::clone(&o.stats)))
+    }
+
+    /// Now in Unix seconds.
+    fn seconds(&self) -> u64 {
+        self.clock.now() / 1_000_000_000
+    }
+
+    /// A new in-memory override limiter for `id`: at most
+    /// [`Options::max_overrides`], the idle ones making room.
+    fn memory_override(
+        &self,
+        id: (String, Quota),
+        quota: Quota,
+        unit: Unit,
+    ) -> Result<(Backend, Arc<RuleStats>), RequestError> {
+        let backend = Backend::Memory(Arc::new(
+            Self::limiter(
+                quota,
+                AlgorithmKind::FixedWindow,
+                &self.clock,
+                self.options.max_keys_per_rule,
+                self.options.sweep_interval,
+            )
+            .map_err(|_| RequestError::BadOverrideUnit(unit.number()))?,
+        ));
+        let mut overrides = self.overrides.lock();
+        if let Some(o) = overrides.get(&id).filter(|o| o.store.is_none()) {
+            return Ok((o.backend.clone(), Arc::clone(&o.stats)));
+        }
+        let held =
+            |o: &HashMap<_, OverrideLimiter>| o.values().filter(|o| o.store.is_none()).count();
+        if held(&overrides) >= self.options.max_overrides {
+            // Quotas that nothing needs make room.
+            overrides.retain(|_, o| o.store.is_some() || !o.idle());
+        }
+        if held(&overrides) >= self.options.max_overrides {
+            return Err(RequestError::TooManyOverrides);
+        }
+        Ok(self.insert_override(&mut overrides, id, None, backend))
+    }
+
+    /// A new override limiter for `id` on a shared `store`: built (and
+    /// connected) one at a time within the store's timeout (1 s without
+    /// one), at most [`Options::max_shared_overrides`] held, and not tried
+    /// again for a second after a build failed.
+    async fn shared_override(
+        &self,
+        id: (String, Quota),
+        quota: Quota,
+        store: &Store,
+    ) -> Result<(Backend, Arc<RuleStats>), RequestError> {
+        let mut builds = self.shared_builds.lock().await;
+        // Built by the caller this one waited for.
+        if let Some(found) = self.found_override(&id, Some(store)) {
+            return Ok(found);
+        }
+        let domain = id.0.as_str();
+        if builds
+            .get(domain)
+            .is_some_and(|until| std::time::Instant::now() < *until)
+        {
+            return Err(RequestError::Unavailable(format!(
+                "the backend of domain '{domain}' failed to connect less than a second ago"
+            )));
+        }
+        {
+            let mut overrides = self.overrides.lock();
+            let held =
+                |o: &HashMap<_, OverrideLimiter>| o.values().filter(|o| o.store.is_some()).count();
+            if held(&overrides) >= self.options.max_shared_overrides {
+                let now = self.seconds();
+                overrides.retain(|_, o| {
+                    o.store.is_none()
+                        || !o.idle()
+                        || now.saturating_sub(o.last_used.load(Ordering::Relaxed)) < 60
+                });
+            }
+            if held(&overrides) >= self.options.max_shared_overrides {
+                return Err(RequestError::TooManyOverrides);
+            }
+        }
+        let timeout = match store {
+            Store::Redis { timeout, .. }
+            | Store::Synced { timeout, .. }
+            | Store::Leased { timeout, .. } => *timeout,
+            Store::Memory { .. } => None,
+        }
+        .unwrap_or(Duration::from_secs(1));
+        let built = tokio::time::timeout(
+            timeout,
+            shared_limiter(domain, AlgorithmKind::FixedWindow, quota, store),
+        )
+        .await;
+        let limiter = match built {
+            Ok(Ok(limiter)) => limiter,
+            failed => {
+                builds.insert(
+                    domain.to_owned(),
+                    std::time::Instant::now() + Duration::from_secs(1),
+                );
+                return Err(RequestError::Unavailable(match failed {
+                    Ok(Err(e)) => e.message,
+                    _ => format!("connecting took longer than {timeout:?}"),
+                }));
+            }
+        };
+        builds.remove(domain);
+        let mut overrides = self.overrides.lock();
+        let backend = Backend::Shared(Arc::new(limiter));
+        Ok(self.insert_override(&mut overrides, id, Some(store.clone()), backend))
+    }
+
+    fn insert_override(
+        &self,
+        overrides: &mut HashMap<(String, Quota), OverrideLimiter>,
+        id: (String, Quota),
+        store: Option<Store>,
+        backend: Backend,
+    ) -> (Backend, Arc<RuleStats>) {
+        let stats = RuleStats::new(&id.0, "override");
+        overrides.insert(
+            id,
+            OverrideLimiter {
+                store,
+                backend: backend.clone(),
+                stats: Arc::clone(&stats),
+                last_used: AtomicU64::new(self.seconds()),
+            },
+        );
+        (backend, stats)
     }
 
     /// Each plan's outcome, all in memory, charging as the options say.
@@ -904,17 +1044,10 @@ impl RateLimitCore {
 
     /// Each plan's outcome on a domain of a shared backend: every
     /// descriptor's counter is charged by its own atomic check, all at
-    /// once (a shared store has no all-or-nothing across keys). With
-    /// [`Charge::AllOrNothing`] a request refused outright (a rule of 0
-    /// requests, a cost above u32) charges none of its enforced
-    /// descriptors.
-    async fn decide_shared(&self, plans: &[Option<Plan>]) -> Vec<Option<Outcome>> {
-        let doomed = self.options.charge == Charge::AllOrNothing
-            && plans
-                .iter()
-                .flatten()
-                .filter(|p| p.enforced())
-                .any(Plan::doomed);
+    /// once (a shared store has no all-or-nothing across keys); when
+    /// `doomed` (all or nothing, and a request refused outright: a rule of
+    /// 0 requests, a cost above u32) none of its enforced descriptors is.
+    async fn decide_shared(&self, plans: &[Option<Plan>], doomed: bool) -> Vec<Option<Outcome>> {
         let checks = plans.iter().map(|plan| async move {
             let plan = plan.as_ref()?;
             Some(plan.check(!doomed || plan.shadow).await)

@@ -396,9 +396,14 @@ impl Fields<'_> {
         }
     }
 
+    /// A duration in milliseconds: at least 1 ms, at most a day (every
+    /// timeout and interval; above a day is a mistake, not a setting).
     fn millis(&self, field: &str) -> Result<Option<Duration>, ConfigError> {
         match self.integer(field)? {
             Some(0) => Err(self.error(field, "must be at least 1 ms".into())),
+            Some(ms) if ms > 86_400_000 => {
+                Err(self.error(field, "must be at most 86400000 (a day)".into()))
+            }
             ms => Ok(ms.map(Duration::from_millis)),
         }
     }
