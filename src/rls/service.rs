@@ -725,7 +725,9 @@ impl RateLimitCore {
             .any(Plan::doomed);
         let shared = plans.iter().flatten().any(Plan::is_shared);
         let outcomes = if shared {
-            self.decide_shared(&plans, all_or_nothing && doomed).await
+            // Boxed: the shared checks' futures would make every
+            // request's future (allocated and moved per call) larger.
+            Box::pin(self.decide_shared(&plans, all_or_nothing && doomed)).await
         } else {
             self.decide_memory(&plans)
         };
@@ -803,7 +805,9 @@ impl RateLimitCore {
                     Some(found) => found,
                     None => match store {
                         None => self.memory_override(id, quota, unit)?,
-                        Some(store) => self.shared_override(id, quota, store).await?,
+                        // Boxed: the build's future is large, and only a
+                        // new quota's first request runs it.
+                        Some(store) => Box::pin(self.shared_override(id, quota, store)).await?,
                     },
                 };
                 (Some(backend), Some(stats))
