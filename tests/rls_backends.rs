@@ -251,19 +251,24 @@ fn refused_outright_charges_nothing_on_redis() {
 }
 
 /// Once Redis is killed, the domain's store-down policy decides:
-/// `closed` refuses, `open` admits, within the timeout.
+/// `closed` refuses, `open` admits, within the timeout; each such decision
+/// counts in `rategate_rls_store_down_total`.
 #[test]
 fn store_down_per_domain() {
     let mut redis = RedisServer::start();
-    redis_server::runtime().block_on(async {
-        let yaml = |down: &str| {
-            format!(
-                "domain: d\nbackend: {{ kind: redis, url: \"{}\", timeout_ms: 100, store_down: {down} }}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
-                redis.url()
-            )
-        };
-        let closed = core(&yaml("closed")).await;
-        let open = core(&yaml("open")).await;
+    let rt = redis_server::runtime();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let yaml = |down: &str| {
+        format!(
+            "domain: d\nbackend: {{ kind: redis, url: \"{}\", timeout_ms: 100, store_down: {down} }}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
+            redis.url()
+        )
+    };
+    let (closed, open) = metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async { (core(&yaml("closed")).await, core(&yaml("open")).await) })
+    });
+    rt.block_on(async {
         assert!(admits(&closed, "user", "a").await);
         assert!(admits(&open, "user", "b").await);
         redis.kill();
@@ -272,6 +277,9 @@ fn store_down_per_domain() {
         assert!(admits(&open, "user", "b").await, "open admits");
         assert!(started.elapsed() < Duration::from_secs(2));
     });
+    let text = handle.render();
+    let line = r#"rategate_rls_store_down_total{domain="d",rule="d.user"} 2"#;
+    assert!(text.lines().any(|l| l == line), "{text}");
 }
 
 /// A synced domain decides locally and learns the other server's counts

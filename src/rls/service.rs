@@ -184,6 +184,7 @@ struct RuleStats {
     over_limit: metrics::Counter,
     near_limit: metrics::Counter,
     shadow_mode: metrics::Counter,
+    store_down: metrics::Counter,
     backend_seconds: metrics::Histogram,
 }
 
@@ -195,6 +196,7 @@ impl RuleStats {
             over_limit: metrics::counter!("rategate_rls_over_limit_total", "domain" => d.clone(), "rule" => r.clone()),
             near_limit: metrics::counter!("rategate_rls_near_limit_total", "domain" => d.clone(), "rule" => r.clone()),
             shadow_mode: metrics::counter!("rategate_rls_shadow_mode_total", "domain" => d.clone(), "rule" => r.clone()),
+            store_down: metrics::counter!("rategate_rls_store_down_total", "domain" => d.clone(), "rule" => r.clone()),
             backend_seconds: metrics::histogram!("rategate_rls_backend_seconds", "domain" => d, "rule" => r),
         })
     }
@@ -1214,6 +1216,9 @@ impl Plan {
                     stats
                         .backend_seconds
                         .record(started.elapsed().as_secs_f64());
+                    if result.as_ref().is_ok_and(|d| d.store_down()) {
+                        stats.store_down.increment(1);
+                    }
                 }
                 outcome(result.map(|d| d.decision()))
             }

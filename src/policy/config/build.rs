@@ -176,6 +176,7 @@ pub struct PolicyDecision {
     decision: Decision,
     tier: TierId,
     shadow: bool,
+    store_down: bool,
 }
 
 impl PolicyDecision {
@@ -187,6 +188,14 @@ impl PolicyDecision {
     /// Whether to serve the request: the decision, or always in shadow mode.
     pub fn admit(&self) -> bool {
         self.shadow || self.decision.is_allowed()
+    }
+
+    /// Whether Redis could not be reached and the backend's `store_down`
+    /// policy decided (the Redis backend; the synced and leased backends
+    /// decide in the process either way, and count such decisions in
+    /// `rategate_store_down_total` only).
+    pub fn store_down(&self) -> bool {
+        self.store_down
     }
 
     /// Whether shadow mode admitted a request the limit denied.
@@ -384,8 +393,15 @@ impl PolicyLimiter {
         match &self.backends {
             TierLimiters::Redis(t) => {
                 let tier = t.tier_of(key);
-                let d = t.tier(tier).limiter().check_n(key, cost).await?;
-                return Ok(self.decided(key, d, tier));
+                let d = t.tier(tier).limiter().check_n_sourced(key, cost).await?;
+                let store_down = !matches!(
+                    d.source(),
+                    crate::redis::Source::Redis | crate::redis::Source::LocalCache
+                );
+                return Ok(PolicyDecision {
+                    store_down,
+                    ..self.decided(key, d.decision(), tier)
+                });
             }
             TierLimiters::Leased(t) => {
                 let tier = t.tier_of(key);
@@ -504,6 +520,7 @@ impl PolicyLimiter {
             decision,
             tier,
             shadow: self.shadow,
+            store_down: false,
         };
         crate::metrics::policy_decision(&self.name, key, decision.is_allowed(), self.shadow);
         decided
@@ -518,5 +535,6 @@ fn unreachable_backend() -> Result<PolicyDecision, CheckError> {
         decision: Decision::deny(0, 0, 0, u64::MAX),
         tier: TierId::DEFAULT,
         shadow: false,
+        store_down: false,
     })
 }

@@ -36,14 +36,22 @@ impl AnyRedisLimiter {
     ///
     /// As [`RedisLimiter::check_n`].
     pub async fn check_n(&self, key: &str, cost: u32) -> Result<Decision, CheckError> {
-        let d: RedisDecision = match self {
+        Ok(self.check_n_sourced(key, cost).await?.decision())
+    }
+
+    /// As [`check_n`](Self::check_n), with where the decision came from.
+    pub(crate) async fn check_n_sourced(
+        &self,
+        key: &str,
+        cost: u32,
+    ) -> Result<RedisDecision, CheckError> {
+        Ok(match self {
             AnyRedisLimiter::TokenBucket(l) => l.check_n(key, cost).await?,
             AnyRedisLimiter::LeakyBucket(l) => l.check_n(key, cost).await?,
             AnyRedisLimiter::FixedWindow(l) => l.check_n(key, cost).await?,
             AnyRedisLimiter::SlidingWindowLog(l) => l.check_n(key, cost).await?,
             AnyRedisLimiter::SlidingWindowCounter(l) => l.check_n(key, cost).await?,
-        };
-        Ok(d.decision())
+        })
     }
 }
 
