@@ -64,6 +64,14 @@ async fn admits(core: &RateLimitCore, key: &str, value: &str) -> bool {
     r.overall_code == Code::Ok as i32
 }
 
+/// Domain `d` on `backend` (a YAML flow mapping) with one rule: `key`,
+/// `per_hour` requests an hour.
+fn one_rule(backend: &str, key: &str, per_hour: u32) -> String {
+    format!(
+        "domain: d\nbackend: {backend}\ndescriptors:\n  - key: {key}\n    rate_limit: {{ unit: hour, requests_per_unit: {per_hour} }}\n"
+    )
+}
+
 /// A domain on `backend` (a YAML flow mapping) with one rule per
 /// algorithm, 5 an hour each.
 fn every_algorithm(backend: &str) -> String {
@@ -133,9 +141,7 @@ fn exact_under_concurrency_on_redis_and_cluster() {
         format!("{{ kind: redis, url: \"{}\" }}", redis.url()),
         format!("{{ kind: redis, cluster: [{cluster_list}] }}"),
     ] {
-        let yaml = format!(
-            "domain: d\nbackend: {backend}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 10 }}\n"
-        );
+        let yaml = one_rule(&backend, "user", 10);
         redis_server::runtime().block_on(async {
             let mut clients = Vec::new();
             let mut stops = Vec::new();
@@ -290,10 +296,11 @@ fn synced_and_leased_domains() {
     let redis = RedisServer::start();
     redis_server::runtime().block_on(async {
         let yaml = |kind: &str| {
-            format!(
-                "domain: d\nbackend: {{ kind: {kind}, url: \"{}\", interval_ms: 50 }}\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: 10 }}\n",
+            let backend = format!(
+                "{{ kind: {kind}, url: \"{}\", interval_ms: 50 }}",
                 redis.url()
-            )
+            );
+            one_rule(&backend, "user", 10)
         };
         let (a, b) = (core(&yaml("synced")).await, core(&yaml("synced")).await);
         let mut first = 0;
@@ -418,9 +425,10 @@ fn an_override_never_spends_another_domains_counter() {
 fn override_quotas_on_redis_are_bounded() {
     let redis = RedisServer::start();
     redis_server::runtime().block_on(async {
-        let yaml = format!(
-            "domain: d\nbackend: {{ kind: redis, url: \"{}\" }}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
-            redis.url()
+        let yaml = one_rule(
+            &format!("{{ kind: redis, url: \"{}\" }}", redis.url()),
+            "k",
+            5,
         );
         let options = Options {
             max_shared_overrides: 8,
@@ -430,7 +438,10 @@ fn override_quotas_on_redis_are_bounded() {
         let before = fds();
         let mut refused = 0;
         for n in 1..=200 {
-            match core.should_rate_limit(&with_override(&[("k", "v")], n)).await {
+            match core
+                .should_rate_limit(&with_override(&[("k", "v")], n))
+                .await
+            {
                 Ok(_) => {}
                 Err(e) => {
                     assert!(e.to_string().contains("too many"), "{e}");
@@ -458,10 +469,11 @@ fn overrides_on_a_hung_redis_fail_fast() {
         .trim()
         .to_owned();
     redis_server::runtime().block_on(async {
-        let yaml = format!(
-            "domain: d\nbackend: {{ kind: redis, url: \"{}\", timeout_ms: 100 }}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: hour, requests_per_unit: 5 }}\n",
+        let backend = format!(
+            "{{ kind: redis, url: \"{}\", timeout_ms: 100 }}",
             redis.url()
         );
+        let yaml = one_rule(&backend, "k", 5);
         let core = core(&yaml).await;
         let signal = |sig: &str| {
             std::process::Command::new("kill")
@@ -485,7 +497,10 @@ fn overrides_on_a_hung_redis_fail_fast() {
         let took = started.elapsed();
         let grew = fds().saturating_sub(before);
         signal("-CONT");
-        assert!(errors.iter().all(|e| e.contains("unavailable")), "{errors:?}");
+        assert!(
+            errors.iter().all(|e| e.contains("unavailable")),
+            "{errors:?}"
+        );
         assert!(took < Duration::from_millis(600), "{took:?}");
         assert!(grew <= 4, "{grew} descriptors opened");
     });

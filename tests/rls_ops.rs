@@ -88,16 +88,32 @@ async fn client(
         .await
 }
 
+/// A client that trusts the test's CA, for `localhost`.
+fn trusting_ca(certs: &Certs) -> ClientTlsConfig {
+    ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(certs.read("ca.pem")))
+        .domain_name("localhost")
+}
+
+/// Whether a client with `tls` gets no decision: its handshake, or its
+/// first call, fails.
+async fn gets_none(addr: SocketAddr, tls: ClientTlsConfig) -> bool {
+    match client(addr, tls).await {
+        Err(_) => true,
+        Ok(channel) => RateLimitServiceClient::new(channel)
+            .should_rate_limit(request("user", "a"))
+            .await
+            .is_err(),
+    }
+}
+
 /// Decisions over TLS; a client that does not trust the server's CA gets
 /// none.
 #[tokio::test]
 async fn grpc_over_tls() {
     let certs = Certs::make();
     let (addr, _stop) = serve_tls(core().await, &certs, false).await;
-    let trusted = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(certs.read("ca.pem")))
-        .domain_name("localhost");
-    let mut rls = RateLimitServiceClient::new(client(addr, trusted).await.unwrap());
+    let mut rls = RateLimitServiceClient::new(client(addr, trusting_ca(&certs)).await.unwrap());
     let r = rls
         .should_rate_limit(request("user", "a"))
         .await
@@ -110,14 +126,10 @@ async fn grpc_over_tls() {
     let untrusted = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(certs.read("server.pem")))
         .domain_name("localhost");
-    let refused = match client(addr, untrusted).await {
-        Err(_) => true,
-        Ok(channel) => RateLimitServiceClient::new(channel)
-            .should_rate_limit(request("user", "a"))
-            .await
-            .is_err(),
-    };
-    assert!(refused, "an untrusted server is not used");
+    assert!(
+        gets_none(addr, untrusted).await,
+        "an untrusted server is not used"
+    );
     // Plain HTTP/2 to the TLS port gets no decision either.
     let plain = RateLimitServiceClient::connect(format!("http://{addr}")).await;
     if let Ok(mut plain) = plain {
@@ -131,18 +143,9 @@ async fn grpc_over_tls() {
 async fn client_certificates() {
     let certs = Certs::make();
     let (addr, _stop) = serve_tls(core().await, &certs, true).await;
-    let trusted = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(certs.read("ca.pem")))
-        .domain_name("localhost");
-    let anonymous = match client(addr, trusted.clone()).await {
-        Err(_) => true,
-        Ok(channel) => RateLimitServiceClient::new(channel)
-            .should_rate_limit(request("user", "a"))
-            .await
-            .is_err(),
-    };
+    let anonymous = gets_none(addr, trusting_ca(&certs)).await;
     assert!(anonymous, "a client without a certificate is refused");
-    let known = trusted.identity(Identity::from_pem(
+    let known = trusting_ca(&certs).identity(Identity::from_pem(
         certs.read("client.pem"),
         certs.read("client.key"),
     ));
