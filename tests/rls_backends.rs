@@ -505,3 +505,72 @@ fn overrides_on_a_hung_redis_fail_fast() {
         assert!(grew <= 4, "{grew} descriptors opened");
     });
 }
+
+/// A domain whose Redis hangs holds up only its own new override quotas:
+/// another domain's build goes through meanwhile, and after a build whose
+/// caller gave up (Envoy's deadline) the hung domain fails fast.
+#[test]
+fn a_hung_domain_holds_up_only_itself() {
+    let (hung, healthy) = (RedisServer::start(), RedisServer::start());
+    let info = hung.cli(&["INFO", "server"]).unwrap();
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+    };
+    redis_server::runtime().block_on(async {
+        let domain = |name: &str, url: String| {
+            one_rule(
+                &format!("{{ kind: redis, url: \"{url}\", timeout_ms: 2000 }}"),
+                "k",
+                5,
+            )
+            .replacen("domain: d", &format!("domain: {name}"), 1)
+        };
+        let (a, b) = (domain("a", hung.url()), domain("b", healthy.url()));
+        let config = Config::from_sources(&[("a.yaml", &a), ("b.yaml", &b)], false).unwrap();
+        let core = Arc::new(
+            RateLimitCore::new(config, Options::default())
+                .await
+                .unwrap(),
+        );
+        let over = |domain: &str, n: u32| {
+            let mut r = request(domain, &[&[("k", "v")]]);
+            r.descriptors[0].limit = Some(RateLimitOverride {
+                requests_per_unit: n,
+                unit: HOUR,
+            });
+            r
+        };
+        signal("-STOP");
+        let waiting = Arc::clone(&core);
+        let building = tokio::spawn(async move { waiting.should_rate_limit(&over("a", 11)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        assert!(core.should_rate_limit(&over("b", 12)).await.is_ok());
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        building.abort();
+        let _ = building.await;
+        // The abandoned build counts as failed: the next fails at once.
+        let started = std::time::Instant::now();
+        let e = core.should_rate_limit(&over("a", 13)).await.unwrap_err();
+        assert!(e.to_string().contains("unavailable"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        signal("-CONT");
+    });
+}

@@ -284,9 +284,11 @@ pub struct RateLimitCore {
     overrides: Mutex<HashMap<(String, Quota), OverrideLimiter>>,
     /// Held by a reload while it builds (and connects).
     reloading: tokio::sync::Mutex<()>,
-    /// Held while a shared override's limiter is built, so one connects at
-    /// a time; and, by domain, until when a failed build is not retried.
-    shared_builds: tokio::sync::Mutex<HashMap<String, std::time::Instant>>,
+    /// By domain: held while one of its shared overrides' limiters is
+    /// built, so a domain connects once at a time (and a hung backend
+    /// holds up its own domain only); inside, until when a failed (or
+    /// abandoned) build is not retried.
+    shared_builds: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<std::time::Instant>>>>>,
     clock: UnixClock,
     options: Options,
 }
@@ -423,7 +425,7 @@ impl RateLimitCore {
             })),
             overrides: Mutex::new(HashMap::new()),
             reloading: tokio::sync::Mutex::new(()),
-            shared_builds: tokio::sync::Mutex::new(HashMap::new()),
+            shared_builds: Mutex::new(HashMap::new()),
             clock,
             options,
         })
@@ -882,25 +884,31 @@ impl RateLimitCore {
     }
 
     /// A new override limiter for `id` on a shared `store`: built (and
-    /// connected) one at a time within the store's timeout (1 s without
-    /// one), at most [`Options::max_shared_overrides`] held, and not tried
-    /// again for a second after a build failed.
+    /// connected) one at a time per domain within the store's timeout
+    /// (1 s without one), at most [`Options::max_shared_overrides`] held,
+    /// and not tried again for a second after a build failed or was
+    /// abandoned (its caller gone, as when Envoy's deadline passes).
     async fn shared_override(
         &self,
         id: (String, Quota),
         quota: Quota,
         store: &Store,
     ) -> Result<(Backend, Arc<RuleStats>), RequestError> {
-        let mut builds = self.shared_builds.lock().await;
+        let domain = id.0.as_str();
+        // The domains are the configuration's (an unknown one has no
+        // overrides), so this map is bounded by it.
+        let gate = Arc::clone(
+            self.shared_builds
+                .lock()
+                .entry(domain.to_owned())
+                .or_default(),
+        );
+        let mut retry_after = gate.lock().await;
         // Built by the caller this one waited for.
         if let Some(found) = self.found_override(&id, Some(store)) {
             return Ok(found);
         }
-        let domain = id.0.as_str();
-        if builds
-            .get(domain)
-            .is_some_and(|until| std::time::Instant::now() < *until)
-        {
+        if retry_after.is_some_and(|until| std::time::Instant::now() < until) {
             return Err(RequestError::Unavailable(format!(
                 "the backend of domain '{domain}' failed to connect less than a second ago"
             )));
@@ -928,6 +936,9 @@ impl RateLimitCore {
             Store::Memory { .. } => None,
         }
         .unwrap_or(Duration::from_secs(1));
+        // Set before the build: if this future is dropped mid-build, the
+        // next caller backs off as after a failure.
+        *retry_after = Some(std::time::Instant::now() + timeout + Duration::from_secs(1));
         let built = tokio::time::timeout(
             timeout,
             shared_limiter(domain, AlgorithmKind::FixedWindow, quota, store),
@@ -936,17 +947,14 @@ impl RateLimitCore {
         let limiter = match built {
             Ok(Ok(limiter)) => limiter,
             failed => {
-                builds.insert(
-                    domain.to_owned(),
-                    std::time::Instant::now() + Duration::from_secs(1),
-                );
+                *retry_after = Some(std::time::Instant::now() + Duration::from_secs(1));
                 return Err(RequestError::Unavailable(match failed {
                     Ok(Err(e)) => e.message,
                     _ => format!("connecting took longer than {timeout:?}"),
                 }));
             }
         };
-        builds.remove(domain);
+        *retry_after = None;
         let mut overrides = self.overrides.lock();
         let backend = Backend::Shared(Arc::new(limiter));
         Ok(self.insert_override(&mut overrides, id, Some(store.clone()), backend))
