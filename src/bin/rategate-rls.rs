@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 // A request's decision allocates its protobuf messages, HTTP/2 frames and
-// buffers; mimalloc's thread-local pages serve them cheaper than the
-// system allocator (see docs/gateway.md, "Figures").
+// buffers; mimalloc's thread-local pages serve them cheaper than glibc's
+// malloc (paired runs of `measure/rls_load.rs`, 64 in flight, one thread:
+// 5 to 9% less server CPU per decision on Redis).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
