@@ -5,10 +5,10 @@
 
 #![cfg(feature = "rls")]
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+#[path = "support/rls.rs"]
+mod rls_support;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -16,6 +16,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use rategate::rls::config::Config;
 use rategate::rls::server;
 use rategate::rls::service::{Charge, Headers, Options, RateLimitCore};
+use rls_support::{descriptor, request};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -68,27 +69,6 @@ async fn start_with(yaml: &[&str], options: Options) -> Rls {
 
 async fn start(yaml: &str) -> Rls {
     start_with(&[yaml], Options::default()).await
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors,
-        hits_addend: 0,
-    }
 }
 
 impl Rls {

@@ -8,11 +8,12 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/redis_topology.rs"]
+mod redis_topology;
+#[path = "support/rls.rs"]
+mod rls_support;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -20,6 +21,8 @@ use rategate::rls::config::Config;
 use rategate::rls::server;
 use rategate::rls::service::{Charge, Options, RateLimitCore};
 use redis_server::{RedisCluster, RedisServer};
+use redis_topology::Node;
+use rls_support::descriptor;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,24 +38,9 @@ async fn core(yaml: &str) -> RateLimitCore {
         .expect("its rules build")
 }
 
+/// A request in `domain` of one descriptor per list of entries.
 fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).into(),
-                        value: (*v).into(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
+    rls_support::request(domain, descriptors.iter().map(|e| descriptor(e)).collect())
 }
 
 /// Whether `core` admits one descriptor `key=value` in domain `d`.
@@ -460,14 +448,7 @@ fn override_quotas_on_redis_are_bounded() {
 /// after it within a second fail at once, connecting nothing.
 #[test]
 fn overrides_on_a_hung_redis_fail_fast() {
-    let redis = RedisServer::start();
-    let info = redis.cli(&["INFO", "server"]).unwrap();
-    let pid = info
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let mut redis = Node::start(&[]);
     redis_server::runtime().block_on(async {
         let backend = format!(
             "{{ kind: redis, url: \"{}\", timeout_ms: 100 }}",
@@ -475,13 +456,7 @@ fn overrides_on_a_hung_redis_fail_fast() {
         );
         let yaml = one_rule(&backend, "k", 5);
         let core = core(&yaml).await;
-        let signal = |sig: &str| {
-            std::process::Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-        };
-        signal("-STOP");
+        redis.stop();
         let before = fds();
         let started = std::time::Instant::now();
         let calls = (0..100u32).map(|n| {
@@ -496,7 +471,7 @@ fn overrides_on_a_hung_redis_fail_fast() {
         let errors = futures_util::future::join_all(calls).await;
         let took = started.elapsed();
         let grew = fds().saturating_sub(before);
-        signal("-CONT");
+        redis.cont();
         assert!(
             errors.iter().all(|e| e.contains("unavailable")),
             "{errors:?}"
@@ -511,20 +486,7 @@ fn overrides_on_a_hung_redis_fail_fast() {
 /// caller gave up (Envoy's deadline) the hung domain fails fast.
 #[test]
 fn a_hung_domain_holds_up_only_itself() {
-    let (hung, healthy) = (RedisServer::start(), RedisServer::start());
-    let info = hung.cli(&["INFO", "server"]).unwrap();
-    let pid = info
-        .lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let signal = |sig: &str| {
-        std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap()
-    };
+    let (mut hung, healthy) = (Node::start(&[]), RedisServer::start());
     redis_server::runtime().block_on(async {
         let domain = |name: &str, url: String| {
             one_rule(
@@ -549,7 +511,7 @@ fn a_hung_domain_holds_up_only_itself() {
             });
             r
         };
-        signal("-STOP");
+        hung.stop();
         let waiting = Arc::clone(&core);
         let building = tokio::spawn(async move { waiting.should_rate_limit(&over("a", 11)).await });
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -571,6 +533,6 @@ fn a_hung_domain_holds_up_only_itself() {
             "{:?}",
             started.elapsed()
         );
-        signal("-CONT");
+        hung.cont();
     });
 }

@@ -7,10 +7,10 @@
 
 #[path = "support/certs.rs"]
 mod certs;
+#[path = "support/rls.rs"]
+mod rls_support;
 
 use certs::Certs;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -41,18 +41,9 @@ async fn core() -> Arc<RateLimitCore> {
     )
 }
 
+/// A request in domain `d` of one descriptor `key=value`.
 fn request(key: &str, value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: key.into(),
-                value: value.into(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    }
+    rls_support::request("d", vec![rls_support::descriptor(&[(key, value)])])
 }
 
 /// Serves `core` over TLS on a free port; the stop handle ends it.
@@ -316,27 +307,19 @@ async fn debug_endpoints() {
     assert!(status.contains("200"), "{status}");
     let user = r#"domain="d",rule="d.user""#;
     let trial = r#"domain="d",rule="d.trial""#;
-    assert_eq!(
-        sample(&text, "rategate_rls_hits_total", user),
-        Some(12.0),
-        "{text}"
-    );
-    assert_eq!(
-        sample(&text, "rategate_rls_over_limit_total", user),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&text, "rategate_rls_near_limit_total", user),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&text, "rategate_rls_shadow_mode_total", trial),
-        Some(2.0)
-    );
-    assert_eq!(
-        sample(&text, "rategate_rls_over_limit_total", trial),
-        Some(0.0)
-    );
+    for (metric, labels, expected) in [
+        ("rategate_rls_hits_total", user, 12.0),
+        ("rategate_rls_over_limit_total", user, 2.0),
+        ("rategate_rls_near_limit_total", user, 2.0),
+        ("rategate_rls_shadow_mode_total", trial, 2.0),
+        ("rategate_rls_over_limit_total", trial, 0.0),
+    ] {
+        assert_eq!(
+            sample(&text, metric, labels),
+            Some(expected),
+            "{metric} {labels}\n{text}"
+        );
+    }
     let (status, rules) = get(addr, "/rlconfig").await;
     assert!(status.contains("200"), "{status}");
     assert!(rules.contains("d.user: 10/hour fixed_window"), "{rules}");

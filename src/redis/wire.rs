@@ -449,6 +449,10 @@ fn tls_config(tls: &Tls) -> Result<std::sync::Arc<rustls::ClientConfig>, RedisEr
             let _ = roots.add_parsable_certificates(found.certs);
         }
     }
+    // ring, not aws-lc-rs: no C toolchain (cmake) to build. rustls
+    // 0.23.48 deprecates ring's provider for its lack of post-quantum key
+    // exchange, which TLS to Redis does not need.
+    #[allow(deprecated)]
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

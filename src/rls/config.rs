@@ -515,7 +515,8 @@ impl Config {
     /// # Errors
     ///
     /// The first [`ConfigError`] in load order (see the module docs).
-    pub fn load(path: &Path, merge_domains: bool) -> Result<Config, ConfigError> {
+    pub fn load(path: impl AsRef<Path>, merge_domains: bool) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
         let metadata = std::fs::metadata(path).map_err(|e| ConfigError::io(path, e))?;
         let mut files = Vec::new();
         if metadata.is_dir() {

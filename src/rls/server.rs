@@ -180,9 +180,7 @@ fn check_identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| format!("the private key does not read: {e}"))?;
-    let signer = rustls::crypto::ring::default_provider()
-        .key_provider
-        .load_private_key(key)
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key)
         .map_err(|e| format!("the private key is not usable: {e}"))?;
     rustls::sign::CertifiedKey::new(chain, signer)
         .keys_match()

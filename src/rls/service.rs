@@ -733,7 +733,7 @@ impl RateLimitCore {
             // request's future (allocated and moved per call) larger.
             Box::pin(self.decide_shared(&plans, all_or_nothing && doomed)).await
         } else {
-            self.decide_memory(&plans)
+            self.decide_memory(&plans, doomed)
         };
         // Whether the enforced plans were charged: always with every
         // match; all or nothing, unless the request was refused (on a
@@ -981,7 +981,8 @@ impl RateLimitCore {
     }
 
     /// Each plan's outcome, all in memory, charging as the options say.
-    fn decide_memory(&self, plans: &[Option<Plan>]) -> Vec<Option<Outcome>> {
+    /// `doomed`: an enforced plan is over whatever its counter holds.
+    fn decide_memory(&self, plans: &[Option<Plan>], doomed: bool) -> Vec<Option<Outcome>> {
         let mut decisions: Vec<Option<Outcome>> = plans.iter().map(|_| None).collect();
         match self.options.charge {
             Charge::EveryMatch => {
@@ -1003,13 +1004,8 @@ impl RateLimitCore {
                 // The enforced plans, charged together only when all
                 // admit (the crate's all-or-nothing decision, under the
                 // lock stripes of every key). One that is over whatever
-                // its counter holds (0 requests, a cost above u32) refuses
-                // the request before anything is charged.
-                let doomed = plans
-                    .iter()
-                    .flatten()
-                    .filter(|p| p.enforced())
-                    .any(Plan::doomed);
+                // its counter holds (0 requests, a cost above u32:
+                // `doomed`) refuses the request before anything is charged.
                 let mut slot: Vec<Option<usize>> = vec![None; plans.len()];
                 let mut charged = Vec::new();
                 if !doomed {
